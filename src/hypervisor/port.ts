@@ -1,0 +1,49 @@
+// The hypervisor as the rest of the agent sees it. Two implementations: libvirt/ (the real one)
+// and fake/ (unit tests). Every method is idempotent where the contract says so: "not found" on
+// destroy/undefine counts as done, so the sweeper can repeat any step after a crash.
+
+export type DomainRunState = 'running' | 'paused' | 'shutoff' | 'crashed' | 'other';
+
+export interface DomainSummary {
+  /** Libvirt domain name. */
+  name: string;
+  uuid: string;
+  state: DomainRunState;
+}
+
+export interface DomainDefinition {
+  name: string;
+  uuid: string;
+  /** Full libvirt domain XML. */
+  xml: string;
+}
+
+export interface Hypervisor {
+  readonly uri: string;
+  /** Opens the connection; safe to call again after a failure (it reconnects). */
+  connect(): Promise<void>;
+  close(): Promise<void>;
+  isConnected(): boolean;
+  /** All domains whose names carry the agent's prefix, with their states: one cheap listing. */
+  listDomains(): Promise<DomainSummary[]>;
+  /** Defines (or redefines) a persistent domain; returns its UUID. */
+  defineDomain(def: DomainDefinition): Promise<string>;
+  /** Starts a defined domain; a running domain counts as started. */
+  startDomain(name: string): Promise<void>;
+  /** Asks the guest to shut down (ACPI power button). Not found or shut off counts as done. */
+  shutdownDomain(name: string): Promise<void>;
+  /** Stops the domain at once (SIGTERM, then SIGKILL on qemu). Not found or shut off counts as done. */
+  destroyDomain(name: string): Promise<void>;
+  /** Removes the definition. Not found counts as done. */
+  undefineDomain(name: string): Promise<void>;
+  /** The live XML, for adoption checks (is this domain ours?). Undefined when not found. */
+  domainXml(name: string): Promise<string | undefined>;
+}
+
+/** Creates and removes the disk files a machine owns (overlays and empty disks). */
+export interface DiskProvisioner {
+  /** Creates a qcow2 overlay backed by image, or an empty disk of sizeGiB. Existing file: kept. */
+  createDisk(file: string, opts: { backingImage?: string; sizeGiB?: number }): Promise<void>;
+  /** Removes a file or directory the agent created; missing counts as done. */
+  removePath(path: string): Promise<void>;
+}

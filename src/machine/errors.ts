@@ -1,0 +1,47 @@
+// One error family for the whole agent. Each kind carries the D-Bus error name it maps to at the
+// edge, so no layer below dbus/ needs to know about D-Bus and no caller ever sees a stack trace.
+
+export const ERROR_PREFIX = 'org.vmkeeper1.Error.';
+
+export type AgentErrorKind =
+  | 'NoSuchMachine'
+  | 'MachineExists'
+  | 'InvalidName'
+  | 'InvalidSpec'
+  | 'MachineTerminating'
+  | 'ShuttingDown'
+  | 'HypervisorUnavailable'
+  | 'StorageFailure'
+  | 'NotSupported'
+  | 'InvalidArgument';
+
+export class AgentError extends Error {
+  readonly kind: AgentErrorKind;
+
+  constructor(kind: AgentErrorKind, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.kind = kind;
+    this.name = `AgentError(${kind})`;
+  }
+
+  get dbusName(): string {
+    return ERROR_PREFIX + this.kind;
+  }
+}
+
+export const noSuchMachine = (name: string) => new AgentError('NoSuchMachine', `no machine named "${name}"`);
+export const machineExists = (name: string) => new AgentError('MachineExists', `a machine named "${name}" already exists`);
+export const invalidSpec = (field: string, why: string) => new AgentError('InvalidSpec', `spec field "${field}": ${why}`);
+export const machineTerminating = (name: string) =>
+  new AgentError('MachineTerminating', `machine "${name}" is being deleted`);
+export const shuttingDown = () => new AgentError('ShuttingDown', 'the agent is shutting down and accepts no new work');
+
+export function isAgentError(err: unknown, kind?: AgentErrorKind): err is AgentError {
+  return err instanceof AgentError && (kind === undefined || err.kind === kind);
+}
+
+/** A one-line description of any thrown value, for logs and D-Bus replies. */
+export function describeError(err: unknown): string {
+  const text = err instanceof Error ? err.message : String(err);
+  return text.split('\n')[0]!.trim() || 'unknown error';
+}

@@ -1,0 +1,64 @@
+import type { MachineSpec, PowerState } from './spec.js';
+
+// The persisted machine record. Times are milliseconds since the epoch (0 = unset); the D-Bus
+// edge converts them to the microseconds the contract speaks.
+
+export type MachineState = 'pending' | 'running' | 'stopping' | 'stopped' | 'terminating' | 'terminated' | 'error';
+
+/** Finalizer that keeps a record alive until the agent has removed the domain and its disks. */
+export const DOMAIN_FINALIZER = 'vmkeeper/domain';
+
+export const RECORD_API_VERSION = 'vmkeeper/v1';
+
+export interface MachineStatus {
+  state: MachineState;
+  /** Set while a shutdown (deletion or power-off) is in progress. */
+  shutdownRequestedAt: number;
+  forceStopAt: number;
+  /** When the last ACPI request was sent: the retry timer runs from here. */
+  lastShutdownSentAt: number;
+  /** Grace period in force for the shutdown in progress. */
+  gracePeriodSec: number;
+  /** Whether a domain was ever defined for this record (a never-defined one is removed at once). */
+  domainDefined: boolean;
+  /** Files the agent created for this machine, to delete with it. */
+  createdFiles: string[];
+  message: string;
+}
+
+export interface MachineRecord {
+  apiVersion: typeof RECORD_API_VERSION;
+  name: string;
+  uuid: string;
+  domainName: string;
+  createdAt: number;
+  deletionTimestamp: number;
+  /** Grace asked for at deletion; the deadline itself lives in status.forceStopAt. */
+  deletionGracePeriodSec: number;
+  resourceVersion: number;
+  finalizers: string[];
+  annotations: Record<string, string>;
+  spec: MachineSpec;
+  status: MachineStatus;
+}
+
+export function newStatus(): MachineStatus {
+  return {
+    state: 'pending',
+    shutdownRequestedAt: 0,
+    forceStopAt: 0,
+    lastShutdownSentAt: 0,
+    gracePeriodSec: 0,
+    domainDefined: false,
+    createdFiles: [],
+    message: '',
+  };
+}
+
+export const isDeleting = (r: MachineRecord): boolean => r.deletionTimestamp > 0;
+export const desiredPower = (r: MachineRecord): PowerState => r.spec.power;
+
+/** A deep copy, so a record handed out can never be mutated behind the store's back. */
+export function cloneRecord(r: MachineRecord): MachineRecord {
+  return structuredClone(r);
+}

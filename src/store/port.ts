@@ -1,0 +1,31 @@
+import type { MachineRecord } from '../machine/record.js';
+
+export interface QuarantinedFile {
+  file: string;
+  movedTo: string;
+  reason: string;
+}
+
+export interface LoadResult {
+  records: number;
+  quarantined: QuarantinedFile[];
+}
+
+/**
+ * Persistent machine records. Writes are atomic and durable before they resolve; a write that
+ * fails throws AgentError('StorageFailure') and leaves both memory and disk as they were.
+ */
+export interface MachineStore {
+  /** Reads every record from disk; corrupt or foreign files are moved aside, never fatal. */
+  load(): Promise<LoadResult>;
+  get(name: string): MachineRecord | undefined;
+  /** All records, sorted by name. Copies: mutating them changes nothing. */
+  list(): MachineRecord[];
+  /**
+   * Writes the record with resourceVersion bumped by one and returns the stored copy.
+   * With expectedVersion, fails (StorageFailure) if the stored version differs (lost update guard).
+   */
+  put(record: MachineRecord): Promise<MachineRecord>;
+  /** Removes the record file (missing counts as done). */
+  remove(name: string): Promise<void>;
+}
