@@ -36,6 +36,8 @@ export interface Hypervisor {
   destroyDomain(name: string): Promise<void>;
   /** Removes the definition. Not found counts as done. */
   undefineDomain(name: string): Promise<void>;
+  /** One domain's state, fresh from libvirt; undefined when not found. */
+  domainState(name: string): Promise<DomainRunState | undefined>;
   /** The live XML, for adoption checks (is this domain ours?). Undefined when not found. */
   domainXml(name: string): Promise<string | undefined>;
 }
@@ -44,6 +46,8 @@ export interface Hypervisor {
 export interface DiskProvisioner {
   /** Creates a qcow2 overlay backed by image, or an empty disk of sizeGiB. Existing file: kept. */
   createDisk(file: string, opts: { backingImage?: string; sizeGiB?: number }): Promise<void>;
+  /** Creates a machine's own folder (0750) if missing. */
+  ensureDir(path: string): Promise<void>;
   /** Removes a file or directory the agent created; missing counts as done. */
   removePath(path: string): Promise<void>;
 }

@@ -17,6 +17,8 @@ export interface MachineStatus {
   forceStopAt: number;
   /** When the last ACPI request was sent: the retry timer runs from here. */
   lastShutdownSentAt: number;
+  /** When the agent destroyed the domain because the deadline passed (0 = it went by itself). */
+  forceStoppedAt: number;
   /** Grace period in force for the shutdown in progress. */
   gracePeriodSec: number;
   /** Whether a domain was ever defined for this record (a never-defined one is removed at once). */
@@ -48,6 +50,7 @@ export function newStatus(): MachineStatus {
     shutdownRequestedAt: 0,
     forceStopAt: 0,
     lastShutdownSentAt: 0,
+    forceStoppedAt: 0,
     gracePeriodSec: 0,
     domainDefined: false,
     createdFiles: [],
@@ -56,6 +59,8 @@ export function newStatus(): MachineStatus {
 }
 
 export const isDeleting = (r: MachineRecord): boolean => r.deletionTimestamp > 0;
+/** A deletion or a power-off that has not finished: the sweeper owns such a machine. */
+export const isShuttingDown = (r: MachineRecord): boolean => r.deletionTimestamp > 0 || r.status.forceStopAt > 0;
 export const desiredPower = (r: MachineRecord): PowerState => r.spec.power;
 
 /** A deep copy, so a record handed out can never be mutated behind the store's back. */

@@ -1,0 +1,124 @@
+import type { Config } from './config/config.js';
+import { specLimitsFrom } from './config/config.js';
+import type { Clock } from './lifecycle/clock.js';
+import { KeyedLock } from './lifecycle/keyed-lock.js';
+import { TypedEmitter } from './lifecycle/emitter.js';
+import type { Logger } from './logging/logger.js';
+import { describeError } from './machine/errors.js';
+import { recordsDir } from './machine/paths.js';
+import type { DiskProvisioner, Hypervisor } from './hypervisor/port.js';
+import type { MachineStore } from './store/port.js';
+import type { MachineApiEvents } from './service/api.js';
+import { EventLog } from './service/event-log.js';
+import { MachineRecords } from './service/machine-records.js';
+import { MachineService } from './service/machine-service.js';
+import { DomainObserver } from './reconciler/domain-observer.js';
+import { DomainProvisioner } from './reconciler/domain-provisioner.js';
+import { Reconciler } from './reconciler/reconciler.js';
+import { Sweeper } from './sweeper/sweeper.js';
+
+export const AGENT_VERSION = '0.1.0';
+
+/** What the composition root hands the agent: every outside part is passed in. */
+export interface AgentParts {
+  config: Config;
+  clock: Clock;
+  logger: Logger;
+  store: MachineStore;
+  hypervisor: Hypervisor;
+  disks: DiskProvisioner;
+}
+
+/** The agent's core, wired: everything except the process (signals, bus, sd_notify) around it. */
+export class Agent {
+  readonly service: MachineService;
+  readonly observer: DomainObserver;
+  readonly reconciler: Reconciler;
+  readonly sweeper: Sweeper;
+  readonly records: MachineRecords;
+  private readonly logger: Logger;
+
+  constructor(private readonly parts: AgentParts) {
+    const { config, clock, logger, store, hypervisor, disks } = parts;
+    this.logger = logger;
+    const emitter = new TypedEmitter<MachineApiEvents>((err) => logger.error(`event listener failed: ${describeError(err)}`));
+    const events = new EventLog(clock, logger, (e) => emitter.emit('event', e));
+    this.records = new MachineRecords(store, events, emitter);
+    const machineLock = new KeyedLock();
+    const provisioner = new DomainProvisioner(hypervisor, disks, config.stateDir);
+    const m = config.machines;
+    this.service = new MachineService({
+      records: this.records,
+      events,
+      clock,
+      limits: specLimitsFrom(config),
+      info: {
+        version: AGENT_VERSION,
+        libvirtUri: config.libvirt.uri,
+        defaultGracePeriodSec: m.defaultGracePeriodSec,
+        sweepIntervalSec: m.sweepIntervalSec,
+        shutdownRetryIntervalSec: m.shutdownRetryIntervalSec,
+        hostShutdownTimeoutSec: config.hostShutdown.timeoutSec,
+      },
+      kick: (name) => {
+        void this.reconciler.kick(name);
+        void this.sweeper.kick(name);
+      },
+    });
+    this.reconciler = new Reconciler({
+      records: this.records,
+      hypervisor,
+      observer: () => this.observer,
+      provisioner,
+      clock,
+      logger,
+      machineLock,
+      resyncIntervalMs: m.resyncIntervalSec * 1000,
+      requestPowerOff: (name) => this.service.setPower(name, 'off').catch(() => undefined),
+    });
+    this.sweeper = new Sweeper({
+      records: this.records,
+      hypervisor,
+      observer: () => this.observer,
+      provisioner,
+      clock,
+      logger,
+      machineLock,
+      sweepIntervalMs: m.sweepIntervalSec * 1000,
+      shutdownRetryIntervalMs: m.shutdownRetryIntervalSec * 1000,
+    });
+    this.observer = new DomainObserver(hypervisor, clock, logger, m.pollIntervalMs, {
+      onSnapshot: (snapshot, changed) => {
+        this.reconciler.onSnapshot(snapshot, changed);
+        this.sweeper.onSnapshot(snapshot, changed);
+      },
+      onConnectionChange: (connected) => {
+        this.service.setLibvirtConnected(connected);
+        if (connected) {
+          void this.reconciler.resyncAll();
+          void this.sweeper.sweepOnce();
+        }
+      },
+    });
+  }
+
+  /** Loads the records and starts watching libvirt. A dead libvirtd leaves the agent degraded, not down. */
+  async start(): Promise<void> {
+    const loaded = await this.parts.store.load();
+    for (const q of loaded.quarantined) this.logger.warn(`moved unreadable record ${q.file} aside to ${q.movedTo}: ${q.reason}`);
+    this.logger.info(`loaded ${loaded.records} machine records from ${recordsDir(this.parts.config.stateDir)}`);
+    this.reconciler.start();
+    this.sweeper.start();
+    await this.observer.start();
+    this.service.setAgentState(this.observer.isConnected ? 'running' : 'degraded');
+  }
+
+  /** Stops the control loops; guests keep running (a restart of the agent must not touch them). */
+  async stop(): Promise<void> {
+    this.service.setAgentState('stopping');
+    this.sweeper.stop();
+    this.reconciler.stop();
+    await this.observer.stop();
+    await this.parts.hypervisor.close().catch((err) => this.logger.warn(`closing libvirt: ${describeError(err)}`));
+  }
+}

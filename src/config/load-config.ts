@@ -1,0 +1,140 @@
+import { readFileSync } from 'node:fs';
+import { isMap, isSeq, LineCounter, parseDocument, type Document } from 'yaml';
+import { type Config, DEFAULT_CONFIG_PATH, defaultConfig } from './config.js';
+import { ConfigError, InvalidValue } from './errors.js';
+import { type Flags, parseFlags } from './flags.js';
+import { CONFIG_SCHEMA, FieldError, type KeyPath, type Parse, type Section, absolutePath, applySection, formatKeyPath } from './schema.js';
+
+// Built-in defaults < STATE_DIRECTORY / systemd log detection < config file < flags.
+
+export interface LoadConfigOptions {
+  /** Arguments after the script path: process.argv.slice(2). */
+  argv: readonly string[];
+  env: NodeJS.ProcessEnv;
+  /** Reads a file as UTF-8; throws an error with code ENOENT when it is missing. */
+  readFile?: (path: string) => string;
+}
+
+export interface LoadedConfig {
+  config: Config;
+  /** The file that was (or would have been) read. */
+  configPath: string;
+  configFileFound: boolean;
+  /** --help / --version were given: the config file was not read and config holds the defaults. */
+  help: boolean;
+  version: boolean;
+}
+
+export function loadConfig(options: LoadConfigOptions): LoadedConfig {
+  const readFile = options.readFile ?? ((p: string) => readFileSync(p, 'utf8'));
+  const flags = parseFlags(options.argv);
+  const configPath = flags.config ?? DEFAULT_CONFIG_PATH;
+  const config = defaultConfig();
+  if (flags.help || flags.version) {
+    config.log.format = systemdLogFormat(options.env) ?? config.log.format;
+    return { config, configPath, configFileFound: false, help: flags.help, version: flags.version };
+  }
+
+  const text = readConfigText(configPath, flags.config !== undefined, readFile);
+  const given = text === undefined ? new Set<string>() : applyFile(configPath, text, config);
+  applyEnv(options.env, config, given);
+  applyFlags(flags, config);
+  // "auto" (or nothing said anywhere) picks the journal when systemd started us.
+  if ((config.log.format as string) === 'auto' || (!given.has('log.format') && flags.logFormat === undefined)) {
+    config.log.format = systemdLogFormat(options.env) ?? 'text';
+  }
+  return { config: deepFreeze(config), configPath, configFileFound: text !== undefined, help: false, version: false };
+}
+
+function readConfigText(file: string, explicit: boolean, readFile: (p: string) => string): string | undefined {
+  try {
+    return readFile(file);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    // The packaged default file may be absent: the built-in defaults apply. A named file must exist.
+    if (code === 'ENOENT' && !explicit) return undefined;
+    throw new ConfigError(file, undefined, '', `cannot read config file: ${code ?? (err as Error).message}`, { cause: err });
+  }
+}
+
+function applyFile(file: string, text: string, config: Config): Set<string> {
+  const lineCounter = new LineCounter();
+  const doc = parseDocument(text, { lineCounter, prettyErrors: false });
+  const syntax = doc.errors[0];
+  if (syntax) {
+    // Errors found at end of input (an unclosed quote) point past the text: show its last line.
+    const line = lineCounter.linePos(Math.max(0, Math.min(syntax.pos[0], text.trimEnd().length - 1))).line;
+    const why = syntax.message.split('\n')[0]!;
+    throw new ConfigError(file, line, '', `YAML syntax error: ${why}`, { cause: syntax });
+  }
+  try {
+    return applySection(doc.toJS(), CONFIG_SCHEMA, config as unknown as Record<string, unknown>);
+  } catch (err) {
+    if (!(err instanceof FieldError)) throw err;
+    throw new ConfigError(file, lineOf(doc, lineCounter, err.keyPath), formatKeyPath(err.keyPath), err.message);
+  }
+}
+
+/** Line of the deepest node on keyPath that exists: the key itself when present. */
+function lineOf(doc: Document, lineCounter: LineCounter, keyPath: KeyPath): number {
+  let node: unknown = doc.contents;
+  let offset = (node as { range?: number[] } | null)?.range?.[0] ?? 0;
+  for (const seg of keyPath) {
+    if (isMap(node)) {
+      const pair = node.items.find((p) => String((p.key as { value?: unknown } | null)?.value) === String(seg));
+      if (!pair) break;
+      offset = (pair.key as { range?: number[] }).range?.[0] ?? offset;
+      node = pair.value;
+    } else if (isSeq(node) && typeof seg === 'number' && node.items[seg]) {
+      node = node.items[seg];
+      offset = (node as { range?: number[] }).range?.[0] ?? offset;
+    } else break;
+  }
+  return lineCounter.linePos(offset).line;
+}
+
+/** journald when started by systemd (it sets these for every service), plain text otherwise. */
+function systemdLogFormat(env: NodeJS.ProcessEnv): 'journal' | undefined {
+  return env.JOURNAL_STREAM || env.INVOCATION_ID ? 'journal' : undefined;
+}
+
+function applyEnv(env: NodeJS.ProcessEnv, config: Config, given: Set<string>): void {
+  if (!given.has('stateDir') && env.STATE_DIRECTORY) {
+    // systemd lists one path per StateDirectory= entry, colon-separated; ours is the first.
+    const first = env.STATE_DIRECTORY.split(':')[0]!;
+    try {
+      config.stateDir = absolutePath(first) as string;
+    } catch (err) {
+      if (!(err instanceof InvalidValue)) throw err;
+      throw new ConfigError('environment', undefined, 'STATE_DIRECTORY', err.message);
+    }
+  }
+}
+
+function applyFlags(flags: Flags, config: Config): void {
+  const set = <T>(flag: string, value: T | undefined, parse: Section | Parse, assign: (v: never) => void) => {
+    if (value === undefined) return;
+    try {
+      assign((parse as Parse)(value) as never);
+    } catch (err) {
+      if (!(err instanceof InvalidValue)) throw err;
+      throw new ConfigError('command line', undefined, flag, err.message.replace(/^\[\d+\] /, ''));
+    }
+  };
+  const s = CONFIG_SCHEMA;
+  const sub = (k: string) => s[k] as Section;
+  set('--bus', flags.bus, s.bus!, (v) => (config.bus = v));
+  set('--libvirt-uri', flags.libvirtUri, sub('libvirt').uri!, (v) => (config.libvirt.uri = v));
+  set('--state-dir', flags.stateDir, s.stateDir!, (v) => (config.stateDir = v));
+  set('--image-dir', flags.imageDirs, s.imageDirectories!, (v) => (config.imageDirectories = v));
+  set('--log-level', flags.logLevel, sub('log').level!, (v) => (config.log.level = v));
+  set('--log-format', flags.logFormat, sub('log').format!, (v) => (config.log.format = v));
+}
+
+function deepFreeze<T>(value: T): T {
+  if (typeof value === 'object' && value !== null) {
+    for (const v of Object.values(value)) deepFreeze(v);
+    Object.freeze(value);
+  }
+  return value;
+}

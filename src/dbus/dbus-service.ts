@@ -1,0 +1,218 @@
+import { Message, NameFlag, RequestNameReply, type MessageBus } from 'dbus-next';
+import type { Logger } from '../logging/logger.js';
+import { describeError } from '../machine/errors.js';
+import { MACHINE_PATH_PREFIX, MANAGER_PATH, machineObjectPath } from '../machine/names.js';
+import type { MachineRecord } from '../machine/record.js';
+import type { AgentEvent, MachineApi, ManagerInfo } from '../service/api.js';
+import { DBUS_ERROR_PROPERTY_READ_ONLY, DBUS_ERROR_UNKNOWN_INTERFACE, DBUS_ERROR_UNKNOWN_PROPERTY } from './errors.js';
+import type { SnapshotInterface } from './interface-support.js';
+import { MACHINE_INTERFACE, MachineInterface } from './machine-interface.js';
+import { MANAGER_INTERFACE, ManagerInterface, managerProperties } from './manager-interface.js';
+import { ObjectManagerInterface, type ManagedObjects } from './object-manager.js';
+
+// Fronts a MachineApi on the bus: exports the manager and one object per machine, keeps them in
+// step with the api's events, and owns the well-known name.
+
+export const BUS_NAME = 'org.vmkeeper1';
+const RELEASE_TIMEOUT_MS = 2000;
+
+export interface DBusServiceOptions {
+  bus: MessageBus;
+  api: MachineApi;
+  logger: Logger;
+  /** Well-known name to own; tests may pick another. */
+  busName?: string;
+}
+
+export class DBusService {
+  private readonly bus: MessageBus;
+  private readonly api: MachineApi;
+  private readonly logger: Logger;
+  private readonly busName: string;
+  private readonly manager: ManagerInterface;
+  private readonly objectManager: ObjectManagerInterface;
+  private readonly machines = new Map<string, MachineInterface>();
+  private started = false;
+  private nameOwned = false;
+
+  constructor(options: DBusServiceOptions) {
+    this.bus = options.bus;
+    this.api = options.api;
+    this.logger = options.logger;
+    this.busName = options.busName ?? BUS_NAME;
+    // Without a listener, a reply written after disconnect raises an unhandled 'error' and kills us.
+    this.bus.on('error', (err: unknown) => this.logger.warn('D-Bus connection error', { error: describeError(err) }));
+    this.manager = new ManagerInterface(this.api);
+    this.objectManager = new ObjectManagerInterface(() => this.managedObjects());
+  }
+
+  /** Exports all objects, then takes the name; throws if another process owns it. */
+  async start(): Promise<void> {
+    if (this.started) return;
+    this.started = true;
+    this.bus.addMethodHandler(this.denyPropertySet);
+    this.subscribe();
+    this.bus.export(MANAGER_PATH, this.manager);
+    this.bus.export(MANAGER_PATH, this.objectManager);
+    this.manager.setValues(managerProperties(this.api.info()), false);
+    for (const record of this.api.list()) this.exportMachine(record, false);
+    try {
+      const reply = await this.bus.requestName(this.busName, NameFlag.DO_NOT_QUEUE);
+      if (reply !== RequestNameReply.PRIMARY_OWNER && reply !== RequestNameReply.ALREADY_OWNER) {
+        throw new Error(`D-Bus name ${this.busName} is already owned by another process (is another vmkeeperd running?)`);
+      }
+      this.nameOwned = true;
+      this.logger.info('D-Bus name acquired', { name: this.busName, machines: this.machines.size });
+    } catch (err) {
+      this.teardown();
+      if (err instanceof Error && err.message.includes('already owned')) throw err;
+      throw new Error(`cannot own D-Bus name ${this.busName}: ${describeError(err)}`, { cause: err });
+    }
+  }
+
+  /** Releases the name and unexports everything; the bus itself stays open for its owner to close. */
+  async stop(): Promise<void> {
+    if (!this.started) return;
+    const owned = this.nameOwned;
+    this.teardown();
+    if (!owned) return;
+    try {
+      await withTimeout(this.bus.releaseName(this.busName), RELEASE_TIMEOUT_MS);
+    } catch (err) {
+      this.logger.warn('could not release D-Bus name', { name: this.busName, error: describeError(err) });
+    }
+  }
+
+  private teardown(): void {
+    this.started = false;
+    this.nameOwned = false;
+    this.unsubscribe();
+    this.bus.removeMethodHandler(this.denyPropertySet);
+    for (const iface of this.machines.values()) unexportPath(this.bus, machineObjectPath(iface.machineName));
+    this.machines.clear();
+    unexportPath(this.bus, MANAGER_PATH);
+  }
+
+  private readonly onAdded = (record: MachineRecord) => this.guard('machineAdded', () => this.exportMachine(record, true));
+  private readonly onChanged = (record: MachineRecord) => this.guard('machineChanged', () => this.exportMachine(record, true));
+  private readonly onRemoved = (record: MachineRecord) => this.guard('machineRemoved', () => this.unexportMachine(record.name));
+  private readonly onEvent = (event: AgentEvent) => this.guard('event', () => this.manager.MachineEvent(event));
+  private readonly onInfo = (info: ManagerInfo) =>
+    this.guard('infoChanged', () => {
+      this.manager.setValues(managerProperties(info));
+      // The agent default feeds each machine's GracePeriodSec.
+      for (const iface of this.machines.values()) {
+        const record = this.tryGet(iface.machineName);
+        if (record) iface.update(record, info.defaultGracePeriodSec);
+      }
+    });
+
+  private subscribe(): void {
+    this.api.on('machineAdded', this.onAdded);
+    this.api.on('machineChanged', this.onChanged);
+    this.api.on('machineRemoved', this.onRemoved);
+    this.api.on('event', this.onEvent);
+    this.api.on('infoChanged', this.onInfo);
+  }
+
+  private unsubscribe(): void {
+    this.api.off('machineAdded', this.onAdded);
+    this.api.off('machineChanged', this.onChanged);
+    this.api.off('machineRemoved', this.onRemoved);
+    this.api.off('event', this.onEvent);
+    this.api.off('infoChanged', this.onInfo);
+  }
+
+  /** A failure to publish must never propagate into the api's emitter. */
+  private guard(what: string, fn: () => void): void {
+    if (!this.started) return;
+    try {
+      fn();
+    } catch (err) {
+      this.logger.warn('D-Bus publish failed', { what, error: describeError(err) });
+    }
+  }
+
+  private tryGet(name: string): MachineRecord | undefined {
+    try {
+      return this.api.get(name);
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** Exports a new machine (with signals when `announce`) or updates an exported one. */
+  private exportMachine(record: MachineRecord, announce: boolean): void {
+    const defaultGrace = this.api.info().defaultGracePeriodSec;
+    const existing = this.machines.get(record.name);
+    if (existing) {
+      existing.update(record, defaultGrace);
+      return;
+    }
+    const path = machineObjectPath(record.name);
+    const iface = new MachineInterface(this.api, record.name);
+    iface.update(record, defaultGrace, false);
+    this.bus.export(path, iface);
+    this.machines.set(record.name, iface);
+    if (announce) {
+      this.objectManager.InterfacesAdded(path, { [MACHINE_INTERFACE]: iface.variants() });
+      this.manager.MachineNew(record.name, path);
+    }
+  }
+
+  private unexportMachine(name: string): void {
+    const iface = this.machines.get(name);
+    if (!iface) return;
+    const path = machineObjectPath(name);
+    this.machines.delete(name);
+    unexportPath(this.bus, path);
+    this.objectManager.InterfacesRemoved(path, [MACHINE_INTERFACE]);
+    this.manager.MachineRemoved(name, path);
+  }
+
+  private managedObjects(): ManagedObjects {
+    const objects: ManagedObjects = {};
+    for (const iface of this.machines.values()) {
+      objects[machineObjectPath(iface.machineName)] = { [MACHINE_INTERFACE]: iface.variants() };
+    }
+    return objects;
+  }
+
+  private interfaceAt(path: string, name: string): SnapshotInterface | undefined {
+    if (path === MANAGER_PATH) return name === MANAGER_INTERFACE ? this.manager : undefined;
+    if (!path.startsWith(MACHINE_PATH_PREFIX)) return undefined;
+    for (const iface of this.machines.values()) {
+      if (machineObjectPath(iface.machineName) === path && name === MACHINE_INTERFACE) return iface;
+    }
+    return undefined;
+  }
+
+  // dbus-next assigns even read-only properties on Properties.Set: answer those calls ourselves.
+  private readonly denyPropertySet = (msg: Message): boolean => {
+    if (msg.interface !== 'org.freedesktop.DBus.Properties' || msg.member !== 'Set') return false;
+    if (msg.path !== MANAGER_PATH && !msg.path?.startsWith(MACHINE_PATH_PREFIX)) return false;
+    const [ifaceName, property] = (msg.body ?? []) as [unknown, unknown];
+    const iface = typeof ifaceName === 'string' ? this.interfaceAt(msg.path, ifaceName) : undefined;
+    let reply: [string, string];
+    if (!iface) reply = [DBUS_ERROR_UNKNOWN_INTERFACE, `no interface ${String(ifaceName)} with properties at ${msg.path}`];
+    else if (typeof property !== 'string' || !(property in iface.memberTable.properties)) {
+      reply = [DBUS_ERROR_UNKNOWN_PROPERTY, `no property ${String(property)} on ${String(ifaceName)}`];
+    } else reply = [DBUS_ERROR_PROPERTY_READ_ONLY, `property ${property} is read-only`];
+    this.bus.send(Message.newError(msg as unknown as string, reply[0], reply[1]));
+    return true;
+  };
+}
+
+// dbus-next's unexport(path, iface) drops the whole object after the first interface (it tests
+// `interfaces.length` on a plain object), so only ever unexport whole paths.
+function unexportPath(bus: MessageBus, path: string): void {
+  (bus.unexport as (path: string) => void).call(bus, path);
+}
+
+function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no reply within ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}

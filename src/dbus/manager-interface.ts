@@ -1,0 +1,112 @@
+import { describeRecord } from '../machine/describe.js';
+import { machineObjectPath } from '../machine/names.js';
+import type { AgentEvent, MachineApi, ManagerInfo } from '../service/api.js';
+import { mapErrors } from './errors.js';
+import { SnapshotInterface, configureInterface, uint32, usec, type PropertyValues } from './interface-support.js';
+
+// org.vmkeeper1.Manager on /org/vmkeeper1 (docs/dbus-api.md). Every method goes through mapErrors.
+
+export const MANAGER_INTERFACE = 'org.vmkeeper1.Manager';
+
+export function managerProperties(info: ManagerInfo): PropertyValues {
+  return {
+    Version: info.version,
+    State: info.state,
+    LibvirtUri: info.libvirtUri,
+    LibvirtConnected: info.libvirtConnected,
+    DefaultGracePeriodSec: uint32(info.defaultGracePeriodSec),
+    SweepIntervalSec: uint32(info.sweepIntervalSec),
+    ShutdownRetryIntervalSec: uint32(info.shutdownRetryIntervalSec),
+    HostShutdownTimeoutSec: uint32(info.hostShutdownTimeoutSec),
+  };
+}
+
+export function eventBody(e: AgentEvent): [bigint, string, string, string, string] {
+  return [usec(e.timestamp), e.machine, e.type, e.reason, e.message];
+}
+
+export class ManagerInterface extends SnapshotInterface {
+  constructor(private readonly api: MachineApi) {
+    super(MANAGER_INTERFACE);
+    this.setValues(managerProperties(api.info()), false);
+  }
+
+  CreateMachine(name: string, spec: string): Promise<string> {
+    return mapErrors(async () => machineObjectPath((await this.api.create(name, spec)).name));
+  }
+
+  GetMachine(name: string): Promise<string> {
+    return mapErrors(() => machineObjectPath(this.api.get(name).name));
+  }
+
+  ListMachines(): Promise<[string, string, string, string][]> {
+    return mapErrors(() =>
+      this.api.list().map((r) => [r.name, r.status.state, r.spec.power, machineObjectPath(r.name)] as [string, string, string, string]),
+    );
+  }
+
+  DescribeMachine(name: string): Promise<string> {
+    return mapErrors(() => describeRecord(this.api.get(name)));
+  }
+
+  DeleteMachine(name: string): Promise<void> {
+    return mapErrors(() => this.api.delete(name));
+  }
+
+  DeleteMachineWithGracePeriod(name: string, seconds: number): Promise<void> {
+    return mapErrors(() => this.api.delete(name, seconds));
+  }
+
+  SetMachinePower(name: string, power: string): Promise<void> {
+    return mapErrors(() => this.api.setPower(name, power));
+  }
+
+  SetMachineAnnotations(name: string, annotations: Record<string, string>): Promise<void> {
+    return mapErrors(() => this.api.setAnnotations(name, { ...annotations }));
+  }
+
+  ListEvents(): Promise<[bigint, string, string, string, string][]> {
+    return mapErrors(() => this.api.events().map(eventBody));
+  }
+
+  MachineNew(name: string, path: string): [string, string] {
+    return [name, path];
+  }
+
+  MachineRemoved(name: string, path: string): [string, string] {
+    return [name, path];
+  }
+
+  MachineEvent(event: AgentEvent): [bigint, string, string, string, string] {
+    return eventBody(event);
+  }
+}
+
+configureInterface(ManagerInterface, {
+  properties: {
+    Version: 's',
+    State: 's',
+    LibvirtUri: 's',
+    LibvirtConnected: 'b',
+    DefaultGracePeriodSec: 'u',
+    SweepIntervalSec: 'u',
+    ShutdownRetryIntervalSec: 'u',
+    HostShutdownTimeoutSec: 'u',
+  },
+  methods: {
+    CreateMachine: { in: 'ss', out: 'o', args: ['name', 'spec', 'path'] },
+    GetMachine: { in: 's', out: 'o', args: ['name', 'path'] },
+    ListMachines: { out: 'a(ssso)', args: ['machines'] },
+    DescribeMachine: { in: 's', out: 's', args: ['name', 'json'] },
+    DeleteMachine: { in: 's', args: ['name'] },
+    DeleteMachineWithGracePeriod: { in: 'su', args: ['name', 'seconds'] },
+    SetMachinePower: { in: 'ss', args: ['name', 'power'] },
+    SetMachineAnnotations: { in: 'sa{ss}', args: ['name', 'annotations'] },
+    ListEvents: { out: 'a(tssss)', args: ['events'] },
+  },
+  signals: {
+    MachineNew: { signature: 'so', args: ['name', 'path'] },
+    MachineRemoved: { signature: 'so', args: ['name', 'path'] },
+    MachineEvent: { signature: 'tssss', args: ['timestamp', 'name', 'type', 'reason', 'message'] },
+  },
+});

@@ -1,0 +1,153 @@
+import type { MachineSpec } from '../machine/spec.js';
+
+// Libvirt domain XML for one machine, built as plain strings. Every interpolated value goes
+// through escapeXml(), so nothing a caller puts in a spec can add elements or attributes.
+
+/** Namespace of the metadata element that marks a domain as created by vmkeeper. */
+export const VMKEEPER_XMLNS = 'https://vmkeeper.org/xmlns/machine/1';
+
+export interface DomainXmlInput {
+  domainName: string;
+  uuid: string;
+  machineName: string;
+  spec: MachineSpec;
+  /** The qcow2 file the agent created for each spec disk, in spec order. */
+  disks: { name: string; file: string }[];
+  serialLogFile: string;
+  /** Milliseconds since the epoch. */
+  createdAt: number;
+}
+
+const XML_ESCAPES: Record<string, string> = {
+  '&': '&amp;',
+  '<': '&lt;',
+  '>': '&gt;',
+  '"': '&quot;',
+  "'": '&apos;',
+  '\t': '&#9;',
+  '\n': '&#10;',
+  '\r': '&#13;',
+};
+
+// Characters XML 1.0 cannot carry at all (even as references); NUL would also cut libvirt's C string.
+const NOT_XML_CHAR = /[\u0000-\u0008\u000b\u000c\u000e-\u001f\ufffe\uffff]|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
+
+/** Escapes text for element content and single- or double-quoted attributes. */
+export function escapeXml(value: string | number): string {
+  return String(value)
+    .replace(NOT_XML_CHAR, '\ufffd')
+    .replace(/[&<>"'\t\n\r]/g, (c) => XML_ESCAPES[c]!);
+}
+
+/** virtio target device for the i-th disk: vda, vdb, ... (spec allows at most 16). */
+export function diskTarget(index: number): string {
+  if (!Number.isInteger(index) || index < 0 || index >= 26) throw new Error(`no virtio target for disk index ${index}`);
+  return `vd${String.fromCharCode(97 + index)}`;
+}
+
+function osXml(spec: MachineSpec): string[] {
+  const lines = ['  <os>', "    <type arch='x86_64' machine='pc'>hvm</type>"];
+  if (spec.boot) {
+    lines.push(`    <kernel>${escapeXml(spec.boot.kernel)}</kernel>`);
+    if (spec.boot.initrd !== undefined) lines.push(`    <initrd>${escapeXml(spec.boot.initrd)}</initrd>`);
+    if (spec.boot.cmdline !== undefined) lines.push(`    <cmdline>${escapeXml(spec.boot.cmdline)}</cmdline>`);
+  } else {
+    lines.push("    <boot dev='hd'/>");
+  }
+  lines.push('  </os>');
+  return lines;
+}
+
+function diskXml(file: string, index: number): string[] {
+  return [
+    "    <disk type='file' device='disk'>",
+    "      <driver name='qemu' type='qcow2'/>",
+    `      <source file='${escapeXml(file)}'/>`,
+    `      <target dev='${diskTarget(index)}' bus='virtio'/>`,
+    '    </disk>',
+  ];
+}
+
+function nicXml(nic: MachineSpec['nics'][number]): string[] {
+  const source = nic.network !== undefined
+    ? ["    <interface type='network'>", `      <source network='${escapeXml(nic.network)}'/>`]
+    : ["    <interface type='bridge'>", `      <source bridge='${escapeXml(nic.bridge ?? '')}'/>`];
+  return [...source, "      <model type='virtio'/>", '    </interface>'];
+}
+
+function consoleXml(logFile: string): string[] {
+  const path = escapeXml(logFile);
+  return [
+    "    <serial type='file'>",
+    `      <source path='${path}'/>`,
+    "      <target port='0'/>",
+    '    </serial>',
+    "    <console type='file'>",
+    `      <source path='${path}'/>`,
+    "      <target type='serial' port='0'/>",
+    '    </console>',
+  ];
+}
+
+function metadataXml(input: DomainXmlInput): string[] {
+  const annotations = Object.entries(input.spec.annotations).map(
+    ([key, value]) => `        <vmkeeper:annotation key='${escapeXml(key)}'>${escapeXml(value)}</vmkeeper:annotation>`,
+  );
+  return [
+    '  <metadata>',
+    `    <vmkeeper:machine xmlns:vmkeeper='${escapeXml(VMKEEPER_XMLNS)}'>`,
+    `      <vmkeeper:name>${escapeXml(input.machineName)}</vmkeeper:name>`,
+    `      <vmkeeper:createdAt>${escapeXml(new Date(input.createdAt).toISOString())}</vmkeeper:createdAt>`,
+    ...(annotations.length ? ['      <vmkeeper:annotations>', ...annotations, '      </vmkeeper:annotations>'] : []),
+    '    </vmkeeper:machine>',
+    '  </metadata>',
+  ];
+}
+
+export function buildDomainXml(input: DomainXmlInput): string {
+  const { spec } = input;
+  if (input.disks.length !== spec.disks.length) {
+    throw new Error(`domain XML needs one file per spec disk (${spec.disks.length}), got ${input.disks.length}`);
+  }
+  const lines = [
+    `<domain type='${escapeXml(spec.domainType)}'>`,
+    `  <name>${escapeXml(input.domainName)}</name>`,
+    `  <uuid>${escapeXml(input.uuid)}</uuid>`,
+    ...metadataXml(input),
+    `  <memory unit='KiB'>${escapeXml(spec.memoryMiB * 1024)}</memory>`,
+    `  <vcpu placement='static'>${escapeXml(spec.cpus)}</vcpu>`,
+    ...osXml(spec),
+    '  <features>',
+    '    <acpi/>',
+    '  </features>',
+    '  <on_poweroff>destroy</on_poweroff>',
+    '  <on_reboot>restart</on_reboot>',
+    '  <on_crash>destroy</on_crash>',
+    '  <devices>',
+    ...input.disks.flatMap((d, i) => diskXml(d.file, i)),
+    ...spec.nics.flatMap(nicXml),
+    ...consoleXml(input.serialLogFile),
+    '  </devices>',
+    '</domain>',
+  ];
+  return `${lines.join('\n')}\n`;
+}
+
+function escapeRegExp(s: string): string {
+  return s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+}
+
+/**
+ * Whether the XML carries our metadata marker (and, if given, names this machine). Libvirt
+ * re-serialises metadata (double quotes, its own whitespace), so the check tolerates both.
+ */
+export function isOurDomainXml(xml: string, machineName?: string): boolean {
+  const metadata = /<metadata>([\s\S]*?)<\/metadata>/.exec(xml)?.[1];
+  if (metadata === undefined) return false;
+  const nsDecl = new RegExp(`<([A-Za-z_][\\w.-]*):machine\\s+xmlns:\\1=(["'])${escapeRegExp(VMKEEPER_XMLNS)}\\2`);
+  const prefix = nsDecl.exec(metadata)?.[1];
+  if (prefix === undefined) return false;
+  if (machineName === undefined) return true;
+  const nameEl = new RegExp(`<${prefix}:name>${escapeRegExp(escapeXml(machineName))}</${prefix}:name>`);
+  return nameEl.test(metadata);
+}

@@ -1,0 +1,232 @@
+import { randomUUID } from 'node:crypto';
+import { systemClock, type Clock, type TimerHandle } from '../../lifecycle/clock.js';
+import { AgentError } from '../../machine/errors.js';
+import { DOMAIN_NAME_PREFIX } from '../../machine/names.js';
+import type { DomainDefinition, DomainRunState, DomainSummary, Hypervisor } from '../port.js';
+
+// An in-memory hypervisor for unit tests, with guests that obey, ignore or hang on shutdown and
+// hooks to inject failures. Same idempotency rules as the libvirt adapter (see the contract tests).
+
+/** obey: shuts off after shutdownDelayMs; ignore: ACPI requests are lost; hang: destroy never returns either. */
+export type GuestBehaviour = 'obey' | 'ignore' | 'hang';
+
+export type FakeHypervisorOp =
+  | 'connect'
+  | 'close'
+  | 'listDomains'
+  | 'defineDomain'
+  | 'startDomain'
+  | 'shutdownDomain'
+  | 'destroyDomain'
+  | 'undefineDomain'
+  | 'domainState'
+  | 'domainXml';
+
+export interface FakeHypervisorOptions {
+  uri?: string;
+  clock?: Clock;
+  defaultBehaviour?: GuestBehaviour;
+  /** How long an obeying guest takes to shut off after a request, on the clock. */
+  shutdownDelayMs?: number;
+}
+
+interface FakeDomain {
+  name: string;
+  uuid: string;
+  xml: string;
+  state: DomainRunState;
+  persistent: boolean;
+  behaviour?: GuestBehaviour;
+  shutdownRequests: number;
+  pendingShutdown?: TimerHandle;
+  hungDestroys: (() => void)[];
+}
+
+export class FakeHypervisor implements Hypervisor {
+  readonly uri: string;
+  readonly calls: { op: FakeHypervisorOp; name?: string }[] = [];
+  shutdownDelayMs: number;
+  private readonly clock: Clock;
+  private readonly defaultBehaviour: GuestBehaviour;
+  private readonly domains = new Map<string, FakeDomain>();
+  private readonly failures = new Map<FakeHypervisorOp, unknown[]>();
+  private available = true;
+  private connected = false;
+
+  constructor(opts: FakeHypervisorOptions = {}) {
+    this.uri = opts.uri ?? 'fake:///';
+    this.clock = opts.clock ?? systemClock;
+    this.defaultBehaviour = opts.defaultBehaviour ?? 'obey';
+    this.shutdownDelayMs = opts.shutdownDelayMs ?? 0;
+  }
+
+  // ---- test controls ----
+
+  setGuestBehaviour(name: string, behaviour: GuestBehaviour): void {
+    this.require(name).behaviour = behaviour;
+  }
+
+  /** Makes the next call of op reject with error (queued: several calls fail in order). */
+  failNext(op: FakeHypervisorOp, error: unknown): void {
+    this.failures.set(op, [...(this.failures.get(op) ?? []), error]);
+  }
+
+  /** false: every call rejects with HypervisorUnavailable, as when libvirtd is down. */
+  setAvailable(available: boolean): void {
+    this.available = available;
+    if (!available) this.connected = false;
+  }
+
+  shutdownRequests(name: string): number {
+    return this.domains.get(name)?.shutdownRequests ?? 0;
+  }
+
+  /** State of a domain, or undefined when not defined; sees non-prefixed domains too. */
+  stateOf(name: string): DomainRunState | undefined {
+    return this.domains.get(name)?.state;
+  }
+
+  /** Adds a domain directly (e.g. a host's own, non-prefixed one), bypassing call logging. */
+  addDomain(name: string, state: DomainRunState = 'shutoff', uuid: string = randomUUID()): void {
+    this.domains.set(name, newDomain(name, uuid, `<domain><name>${name}</name></domain>`));
+    this.setState(name, state);
+  }
+
+  /** Changes a domain's state from the guest side (it powered off, crashed, paused...). */
+  setState(name: string, state: DomainRunState): void {
+    const domain = this.require(name);
+    if (state === 'shutoff') this.stopped(domain);
+    else domain.state = state;
+  }
+
+  /** Lets destroy calls stuck on a hanging guest complete. */
+  release(name: string): void {
+    const domain = this.domains.get(name);
+    if (!domain) return;
+    const waiting = domain.hungDestroys.splice(0);
+    if (waiting.length) this.stopped(domain);
+    for (const resolve of waiting) resolve();
+  }
+
+  pendingDestroys(name: string): number {
+    return this.domains.get(name)?.hungDestroys.length ?? 0;
+  }
+
+  // ---- Hypervisor ----
+
+  async connect(): Promise<void> {
+    this.enter('connect');
+    this.connected = true;
+  }
+
+  async close(): Promise<void> {
+    this.calls.push({ op: 'close' });
+    this.connected = false;
+  }
+
+  isConnected(): boolean {
+    return this.connected && this.available;
+  }
+
+  async listDomains(): Promise<DomainSummary[]> {
+    this.enter('listDomains');
+    return [...this.domains.values()]
+      .filter((d) => d.name.startsWith(DOMAIN_NAME_PREFIX))
+      .map((d) => ({ name: d.name, uuid: d.uuid, state: d.state }));
+  }
+
+  async defineDomain(def: DomainDefinition): Promise<string> {
+    this.enter('defineDomain', def.name);
+    const existing = this.domains.get(def.name);
+    if (existing && existing.uuid !== def.uuid) {
+      throw new Error(`operation failed: domain '${def.name}' is already defined with uuid ${existing.uuid}`);
+    }
+    if (existing) {
+      existing.xml = def.xml;
+      existing.persistent = true;
+    } else this.domains.set(def.name, newDomain(def.name, def.uuid, def.xml));
+    return def.uuid;
+  }
+
+  async startDomain(name: string): Promise<void> {
+    this.enter('startDomain', name);
+    const domain = this.domains.get(name);
+    if (!domain) throw notFound(name);
+    if (domain.state === 'shutoff' || domain.state === 'crashed') domain.state = 'running';
+  }
+
+  async shutdownDomain(name: string): Promise<void> {
+    this.enter('shutdownDomain', name);
+    const domain = this.domains.get(name);
+    if (!domain || domain.state === 'shutoff') return;
+    domain.shutdownRequests++;
+    if (this.behaviourOf(domain) !== 'obey' || domain.pendingShutdown) return;
+    if (this.shutdownDelayMs <= 0) return this.stopped(domain);
+    domain.pendingShutdown = this.clock.setTimer(this.shutdownDelayMs, () => this.stopped(domain));
+  }
+
+  async destroyDomain(name: string): Promise<void> {
+    this.enter('destroyDomain', name);
+    const domain = this.domains.get(name);
+    if (!domain || domain.state === 'shutoff') return;
+    if (this.behaviourOf(domain) === 'hang') {
+      return new Promise<void>((resolve) => domain.hungDestroys.push(resolve));
+    }
+    this.stopped(domain);
+  }
+
+  async undefineDomain(name: string): Promise<void> {
+    this.enter('undefineDomain', name);
+    const domain = this.domains.get(name);
+    if (!domain) return;
+    // As libvirt does: a running domain loses its definition only once it stops.
+    if (domain.state === 'shutoff') this.domains.delete(name);
+    else domain.persistent = false;
+  }
+
+  async domainState(name: string): Promise<DomainRunState | undefined> {
+    this.enter('domainState', name);
+    return this.domains.get(name)?.state;
+  }
+
+  async domainXml(name: string): Promise<string | undefined> {
+    this.enter('domainXml', name);
+    return this.domains.get(name)?.xml;
+  }
+
+  // ---- internals ----
+
+  /** Logs the call, then applies unavailability and injected failures. */
+  private enter(op: FakeHypervisorOp, name?: string): void {
+    this.calls.push(name === undefined ? { op } : { op, name });
+    if (!this.available) throw new AgentError('HypervisorUnavailable', `fake hypervisor ${this.uri} is unavailable`);
+    const queued = this.failures.get(op);
+    if (queued?.length) throw queued.shift();
+    this.connected = true;
+  }
+
+  private behaviourOf(domain: FakeDomain): GuestBehaviour {
+    return domain.behaviour ?? this.defaultBehaviour;
+  }
+
+  private stopped(domain: FakeDomain): void {
+    domain.pendingShutdown?.cancel();
+    domain.pendingShutdown = undefined;
+    domain.state = 'shutoff';
+    if (!domain.persistent) this.domains.delete(domain.name);
+  }
+
+  private require(name: string): FakeDomain {
+    const domain = this.domains.get(name);
+    if (!domain) throw new Error(`fake hypervisor: no domain ${name}`);
+    return domain;
+  }
+}
+
+function newDomain(name: string, uuid: string, xml: string): FakeDomain {
+  return { name, uuid, xml, state: 'shutoff', persistent: true, shutdownRequests: 0, hungDestroys: [] };
+}
+
+function notFound(name: string): Error {
+  return new Error(`Domain not found: no domain with matching name '${name}'`);
+}

@@ -1,0 +1,228 @@
+import { ConnectListAllDomainsFlags, DomainState, Hypervisor as NativeHypervisor, type Domain } from '@unraid/libvirt';
+import type { Clock } from '../../lifecycle/clock.js';
+import type { Logger } from '../../logging/logger.js';
+import { AgentError, describeError } from '../../machine/errors.js';
+import { DOMAIN_NAME_PREFIX } from '../../machine/names.js';
+import type { DomainDefinition, DomainRunState, DomainSummary, Hypervisor } from '../port.js';
+import { CallTimeoutError, withCallTimeout } from './call-timeout.js';
+
+// The binding carries no libvirt error codes, only messages: these patterns are the whole
+// classification. Messages differ by driver (qemu vs test), hence the loose wording.
+const NOT_FOUND = /Domain not found|no domain with matching/i;
+const NOT_RUNNING = /not running/i; // qemu: "domain is not running", test: "domain 'x' not running"
+const ALREADY_RUNNING = /already running|already active/i;
+const CONNECTION_LOST =
+  /End of file while reading data|Cannot write data|Cannot recv data|not connected|Broken pipe|Failed to connect socket|client socket is closed|Connection reset by peer/i;
+
+export interface LibvirtHypervisorOptions {
+  uri: string;
+  /** Upper bound for every single native call, connectOpen included. */
+  callTimeoutMs: number;
+  logger: Logger;
+  clock: Clock;
+}
+
+const messageOf = (err: unknown): string => describeError(err);
+export const isDomainNotFound = (err: unknown): boolean => NOT_FOUND.test(messageOf(err));
+export const isConnectionLost = (err: unknown): boolean => CONNECTION_LOST.test(messageOf(err));
+
+export class LibvirtHypervisor implements Hypervisor {
+  readonly uri: string;
+  private readonly callTimeoutMs: number;
+  private readonly logger: Logger;
+  private readonly clock: Clock;
+  /** Undefined when never opened, closed, or marked broken: the next call opens a fresh one. */
+  private native: NativeHypervisor | undefined;
+  private opening: Promise<NativeHypervisor> | undefined;
+  private closed = false;
+
+  constructor(opts: LibvirtHypervisorOptions) {
+    this.uri = opts.uri;
+    this.callTimeoutMs = opts.callTimeoutMs;
+    this.logger = opts.logger;
+    this.clock = opts.clock;
+  }
+
+  async connect(): Promise<void> {
+    this.closed = false;
+    await this.connection();
+  }
+
+  isConnected(): boolean {
+    return this.native !== undefined;
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    await this.opening?.catch(() => undefined);
+    const native = this.native;
+    this.native = undefined;
+    if (!native) return;
+    try {
+      await withCallTimeout(this.clock, this.callTimeoutMs, 'connectClose', () => native.connectClose());
+    } catch (err) {
+      this.logger.warn('closing the libvirt connection failed', { uri: this.uri, error: messageOf(err) });
+    }
+  }
+
+  async listDomains(): Promise<DomainSummary[]> {
+    // Three listings and no per-domain RPC: membership comes from one atomic "all" listing, the
+    // state from which other list a domain is in (getName/getUUIDString are local, no RPC).
+    const [all, active, paused] = await Promise.all([
+      this.call('connectListAllDomains', (n) => n.connectListAllDomains()),
+      this.call('connectListAllDomains(ACTIVE)', (n) => n.connectListAllDomains(ConnectListAllDomainsFlags.ACTIVE)),
+      this.call('connectListAllDomains(PAUSED)', (n) => n.connectListAllDomains(ConnectListAllDomainsFlags.PAUSED)),
+    ]);
+    const [names, activeNames, pausedNames] = await Promise.all([
+      Promise.all(all.map((d) => this.call('getName', () => d.getName()))),
+      this.namesOf(active),
+      this.namesOf(paused),
+    ]);
+    const ours = await Promise.all(
+      all.flatMap((domain, i) => {
+        const name = names[i]!;
+        if (!name.startsWith(DOMAIN_NAME_PREFIX)) return [];
+        const state: DomainRunState = pausedNames.has(name) ? 'paused' : activeNames.has(name) ? 'running' : 'shutoff';
+        return [this.call('getUUIDString', () => domain.getUUIDString()).then((uuid) => ({ name, uuid, state }))];
+      }),
+    );
+    return ours;
+  }
+
+  async defineDomain(def: DomainDefinition): Promise<string> {
+    const domain = await this.call(`domainDefineXML(${def.name})`, (n) => n.domainDefineXML(def.xml));
+    return this.call(`getUUIDString(${def.name})`, () => domain.getUUIDString());
+  }
+
+  async startDomain(name: string): Promise<void> {
+    const domain = await this.lookup(name);
+    if (!domain) throw new Error(`libvirt create(${name}): Domain not found`);
+    await this.ignoring(ALREADY_RUNNING, `create(${name})`, () => domain.create());
+  }
+
+  async shutdownDomain(name: string): Promise<void> {
+    const domain = await this.lookup(name);
+    if (domain) await this.ignoring(NOT_RUNNING, `shutdown(${name})`, () => domain.shutdown());
+  }
+
+  async destroyDomain(name: string): Promise<void> {
+    const domain = await this.lookup(name);
+    if (domain) await this.ignoring(NOT_RUNNING, `destroy(${name})`, () => domain.destroy());
+  }
+
+  async undefineDomain(name: string): Promise<void> {
+    const domain = await this.lookup(name);
+    if (domain) await this.ignoring(undefined, `undefine(${name})`, () => domain.undefine());
+  }
+
+  async domainState(name: string): Promise<DomainRunState | undefined> {
+    const domain = await this.lookup(name);
+    if (!domain) return undefined;
+    try {
+      return runStateOf((await this.call(`getInfo(${name})`, () => domain.getInfo())).state);
+    } catch (err) {
+      if (isDomainNotFound(err)) return undefined;
+      throw err;
+    }
+  }
+
+  async domainXml(name: string): Promise<string | undefined> {
+    const domain = await this.lookup(name);
+    if (!domain) return undefined;
+    try {
+      return await this.call(`getXMLDesc(${name})`, () => domain.getXMLDesc());
+    } catch (err) {
+      if (isDomainNotFound(err)) return undefined; // undefined between lookup and read
+      throw err;
+    }
+  }
+
+  private async namesOf(domains: Domain[]): Promise<Set<string>> {
+    const names = await Promise.all(domains.map((d) => this.call('getName', () => d.getName())));
+    return new Set(names);
+  }
+
+  private async lookup(name: string): Promise<Domain | undefined> {
+    try {
+      return await this.call(`domainLookupByName(${name})`, (n) => n.domainLookupByName(name));
+    } catch (err) {
+      if (isDomainNotFound(err)) return undefined;
+      throw err;
+    }
+  }
+
+  /** Runs a domain call where not-found (and errors matching `done`) mean the goal already holds. */
+  private async ignoring(done: RegExp | undefined, op: string, fn: () => Promise<void>): Promise<void> {
+    try {
+      await this.call(op, fn);
+    } catch (err) {
+      if (isDomainNotFound(err) || (done && done.test(messageOf(err)))) return;
+      throw err;
+    }
+  }
+
+  private connection(): Promise<NativeHypervisor> {
+    if (this.closed) return Promise.reject(new AgentError('HypervisorUnavailable', `libvirt connection to ${this.uri} is closed`));
+    if (this.native) return Promise.resolve(this.native);
+    this.opening ??= this.open().finally(() => (this.opening = undefined));
+    return this.opening;
+  }
+
+  private async open(): Promise<NativeHypervisor> {
+    // A fresh native object each time: the old one may be stuck inside a call that never returns.
+    const native = new NativeHypervisor({ uri: this.uri });
+    try {
+      await withCallTimeout(this.clock, this.callTimeoutMs, 'connectOpen', () => native.connectOpen());
+    } catch (err) {
+      if (err instanceof AgentError) throw err;
+      throw new AgentError('HypervisorUnavailable', `cannot connect to libvirt at ${this.uri}: ${messageOf(err)}`, { cause: err });
+    }
+    this.native = native;
+    this.logger.info('connected to libvirt', { uri: this.uri });
+    return native;
+  }
+
+  /** One native call under the timeout; lost connections become HypervisorUnavailable. */
+  private async call<T>(op: string, fn: (native: NativeHypervisor) => Promise<T>): Promise<T> {
+    const native = await this.connection();
+    try {
+      return await withCallTimeout(this.clock, this.callTimeoutMs, op, () => fn(native));
+    } catch (err) {
+      if (err instanceof CallTimeoutError) {
+        this.markBroken(native, err.message, false);
+        throw err;
+      }
+      if (isConnectionLost(err)) {
+        this.markBroken(native, messageOf(err), true);
+        throw new AgentError('HypervisorUnavailable', `libvirt call ${op} failed: ${messageOf(err)}`, { cause: err });
+      }
+      if (err instanceof AgentError || isDomainNotFound(err)) throw err;
+      throw new Error(`libvirt call ${op} failed: ${messageOf(err)}`, { cause: err });
+    }
+  }
+
+  private markBroken(native: NativeHypervisor, why: string, closeOld: boolean): void {
+    if (this.native !== native) return; // already replaced by a newer connection
+    this.native = undefined;
+    this.logger.warn('libvirt connection lost; reconnecting on next call', { uri: this.uri, error: why });
+    // A dead socket closes quickly; a hung daemon would park another pool thread, so skip that.
+    if (closeOld) void native.connectClose().catch(() => undefined);
+  }
+}
+
+function runStateOf(state: DomainState): DomainRunState {
+  switch (state) {
+    case DomainState.RUNNING:
+    case DomainState.BLOCKED: // running, waiting on I/O
+      return 'running';
+    case DomainState.PAUSED:
+    case DomainState.PMSUSPENDED:
+      return 'paused';
+    case DomainState.SHUTOFF:
+      return 'shutoff';
+    case DomainState.CRASHED:
+      return 'crashed';
+    default: // NOSTATE, SHUTDOWN (shutting down, still running)
+      return 'other';
+  }
+}

@@ -1,0 +1,177 @@
+import { randomUUID } from 'node:crypto';
+import { AgentError, machineExists, machineTerminating, noSuchMachine, shuttingDown } from '../machine/errors.js';
+import { domainNameFor, validateMachineName } from '../machine/names.js';
+import {
+  DOMAIN_FINALIZER,
+  RECORD_API_VERSION,
+  cloneRecord,
+  isDeleting,
+  newStatus,
+  type MachineRecord,
+} from '../machine/record.js';
+import { parseAnnotations, parseMachineSpec, parsePower, type SpecLimits } from '../machine/spec.js';
+import type { Clock } from '../lifecycle/clock.js';
+import type { AgentEvent, AgentState, ManagerInfo, MachineApi, MachineApiEvents } from './api.js';
+import type { EventLog } from './event-log.js';
+import type { MachineRecords } from './machine-records.js';
+
+export interface MachineServiceOptions {
+  records: MachineRecords;
+  events: EventLog;
+  clock: Clock;
+  limits: SpecLimits;
+  info: Omit<ManagerInfo, 'state' | 'libvirtConnected'>;
+  /** Tells the reconciler and sweeper that a machine needs attention now. */
+  kick: (name: string) => void;
+}
+
+const MAX_GRACE_SEC = 24 * 3600;
+
+/** The agent's use cases: validation, the deletion/power rules, and nothing about D-Bus or libvirt. */
+export class MachineService implements MachineApi {
+  private state: AgentState = 'starting';
+  private libvirtConnected = false;
+
+  constructor(private readonly o: MachineServiceOptions) {}
+
+  async create(name: string, specJson: string): Promise<MachineRecord> {
+    validateMachineName(name);
+    if (this.refusesNewWork()) throw shuttingDown();
+    const spec = parseMachineSpec(specJson, this.o.limits);
+    const now = this.o.clock.now();
+    const stored = await this.o.records.create(
+      name,
+      () => ({
+        apiVersion: RECORD_API_VERSION,
+        name,
+        uuid: randomUUID(),
+        domainName: domainNameFor(name),
+        createdAt: now,
+        deletionTimestamp: 0,
+        deletionGracePeriodSec: 0,
+        resourceVersion: 0,
+        finalizers: [DOMAIN_FINALIZER],
+        annotations: { ...spec.annotations },
+        spec,
+        status: newStatus(),
+      }),
+      () => {
+        throw machineExists(name);
+      },
+    );
+    this.o.records.event(name, 'normal', 'Created', `machine ${name} created`);
+    this.o.kick(name);
+    return cloneRecord(stored);
+  }
+
+  get(name: string): MachineRecord {
+    validateMachineName(name);
+    const record = this.o.records.get(name);
+    if (!record) throw noSuchMachine(name);
+    return cloneRecord(record);
+  }
+
+  list(): MachineRecord[] {
+    return this.o.records.list();
+  }
+
+  async delete(name: string, graceSec?: number): Promise<void> {
+    this.get(name);
+    if (graceSec !== undefined && (!Number.isInteger(graceSec) || graceSec < 0 || graceSec > MAX_GRACE_SEC)) {
+      throw new AgentError('InvalidArgument', `grace period must be 0..${MAX_GRACE_SEC} seconds`);
+    }
+    const now = this.o.clock.now();
+    let firstRequest = false;
+    const updated = await this.o.records.update(name, (r) => {
+      const grace = graceSec ?? r.spec.gracePeriodSec ?? this.o.info.defaultGracePeriodSec;
+      const deadline = now + grace * 1000;
+      if (!isDeleting(r)) {
+        firstRequest = true;
+        r.deletionTimestamp = now;
+        r.deletionGracePeriodSec = grace;
+        // A power-off already under way keeps its deadline if that is sooner.
+        r.status.forceStopAt = r.status.forceStopAt > 0 ? Math.min(r.status.forceStopAt, deadline) : deadline;
+        r.status.gracePeriodSec = grace;
+        r.status.state = 'terminating';
+      } else if (graceSec !== undefined && deadline < r.status.forceStopAt) {
+        // Only an explicit, shorter grace moves the deadline, and only earlier.
+        r.status.forceStopAt = deadline;
+        r.deletionGracePeriodSec = grace;
+        r.status.gracePeriodSec = grace;
+      }
+    });
+    if (!updated) throw noSuchMachine(name);
+    if (firstRequest) this.o.records.event(name, 'normal', 'DeletionRequested', `deletion requested with a grace period of ${updated.status.gracePeriodSec}s`);
+    this.o.kick(name);
+  }
+
+  async setPower(name: string, power: string): Promise<void> {
+    const desired = parsePower(power, 'power');
+    const current = this.get(name);
+    if (isDeleting(current)) throw machineTerminating(name);
+    const now = this.o.clock.now();
+    const updated = await this.o.records.update(name, (r) => {
+      if (isDeleting(r)) throw machineTerminating(name);
+      if (r.spec.power === desired) return;
+      r.spec.power = desired;
+      if (desired === 'off') {
+        const grace = r.spec.gracePeriodSec ?? this.o.info.defaultGracePeriodSec;
+        r.status.forceStopAt = now + grace * 1000;
+        r.status.gracePeriodSec = grace;
+        r.status.state = 'stopping';
+      } else {
+        // Powering on cancels a power-off in progress; the reconciler starts the domain.
+        r.status.shutdownRequestedAt = 0;
+        r.status.forceStopAt = 0;
+        r.status.lastShutdownSentAt = 0;
+        r.status.forceStoppedAt = 0;
+        r.status.gracePeriodSec = 0;
+        if (r.status.state === 'stopped' || r.status.state === 'stopping') r.status.state = 'pending';
+      }
+    });
+    if (!updated) throw noSuchMachine(name);
+    this.o.kick(name);
+  }
+
+  async setAnnotations(name: string, annotations: Record<string, string>): Promise<void> {
+    const parsed = parseAnnotations(annotations);
+    this.get(name);
+    const updated = await this.o.records.update(name, (r) => {
+      r.annotations = parsed;
+    });
+    if (!updated) throw noSuchMachine(name);
+  }
+
+  events(): AgentEvent[] {
+    return this.o.events.list();
+  }
+
+  info(): ManagerInfo {
+    return { ...this.o.info, state: this.state, libvirtConnected: this.libvirtConnected };
+  }
+
+  setAgentState(state: AgentState): void {
+    if (state === this.state) return;
+    this.state = state;
+    this.o.records.emitter.emit('infoChanged', this.info());
+  }
+
+  setLibvirtConnected(connected: boolean): void {
+    if (connected === this.libvirtConnected) return;
+    this.libvirtConnected = connected;
+    if (this.state === 'running' || this.state === 'degraded') this.state = connected ? 'running' : 'degraded';
+    this.o.records.emitter.emit('infoChanged', this.info());
+  }
+
+  on<E extends keyof MachineApiEvents>(event: E, listener: MachineApiEvents[E]): void {
+    this.o.records.emitter.on(event, listener);
+  }
+
+  off<E extends keyof MachineApiEvents>(event: E, listener: MachineApiEvents[E]): void {
+    this.o.records.emitter.off(event, listener);
+  }
+
+  private refusesNewWork(): boolean {
+    return this.state === 'stopping' || this.state === 'host-shutdown';
+  }
+}

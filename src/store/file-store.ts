@@ -1,0 +1,223 @@
+import { randomBytes } from 'node:crypto';
+import path from 'node:path';
+import { AgentError, describeError } from '../machine/errors.js';
+import { validateMachineName } from '../machine/names.js';
+import { type MachineRecord, cloneRecord } from '../machine/record.js';
+import type { Logger } from '../logging/logger.js';
+import type { LoadResult, MachineStore, QuarantinedFile } from './port.js';
+import { parseStoredRecord } from './record-validation.js';
+import { type StoreFs, nodeStoreFs } from './store-fs.js';
+
+// One JSON file per machine: <dir>/<name>.json. Writes go temp file -> fsync -> rename -> fsync
+// dir, so a crash leaves the old record or the new one, never half of either.
+
+export interface FileMachineStoreOptions {
+  /** <stateDir>/machines; damaged files go to <stateDir>/quarantine. */
+  dir: string;
+  logger: Logger;
+  /** Replace single file operations (tests inject ENOSPC and friends). */
+  fs?: Partial<StoreFs>;
+  /** Milliseconds since the epoch, for quarantine file names. */
+  now?: () => number;
+  /** Files read at once by load(): enough to hide latency, few enough to keep fds bounded. */
+  loadConcurrency?: number;
+}
+
+const TEMP_FILE = /\.json\.tmp-[A-Za-z0-9]+$/;
+
+export class FileMachineStore implements MachineStore {
+  private readonly dir: string;
+  private readonly quarantineDir: string;
+  private readonly logger: Logger;
+  private readonly fs: StoreFs;
+  private readonly now: () => number;
+  private readonly loadConcurrency: number;
+  private records = new Map<string, MachineRecord>();
+  /** Tail of each record's write chain: operations on one name run one at a time. */
+  private readonly chains = new Map<string, Promise<unknown>>();
+
+  constructor(options: FileMachineStoreOptions) {
+    this.dir = options.dir;
+    this.quarantineDir = path.join(path.dirname(options.dir), 'quarantine');
+    this.logger = options.logger;
+    this.fs = { ...nodeStoreFs, ...options.fs };
+    this.now = options.now ?? Date.now;
+    this.loadConcurrency = options.loadConcurrency ?? 64;
+  }
+
+  async load(): Promise<LoadResult> {
+    try {
+      await this.fs.mkdir(this.dir, 0o700);
+    } catch (err) {
+      throw storageFailure(`cannot create ${this.dir}`, err);
+    }
+    let names: string[];
+    try {
+      names = await this.fs.readdir(this.dir);
+    } catch (err) {
+      throw storageFailure(`cannot list ${this.dir}`, err);
+    }
+    const records = new Map<string, MachineRecord>();
+    const quarantined: QuarantinedFile[] = [];
+    const files: string[] = [];
+    for (const file of names) {
+      if (TEMP_FILE.test(file)) await this.removeLeftover(file);
+      else if (file.endsWith('.json')) files.push(file);
+    }
+    let next = 0;
+    const worker = async () => {
+      while (next < files.length) {
+        const file = files[next++]!;
+        const outcome = await this.loadOne(file);
+        if ('record' in outcome) records.set(outcome.record.name, outcome.record);
+        else if (outcome.quarantined) quarantined.push(outcome.quarantined);
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(this.loadConcurrency, files.length) }, worker));
+    this.records = records;
+    return { records: records.size, quarantined };
+  }
+
+  get(name: string): MachineRecord | undefined {
+    const r = this.records.get(name);
+    return r && cloneRecord(r);
+  }
+
+  list(): MachineRecord[] {
+    return [...this.records.keys()].sort().map((name) => cloneRecord(this.records.get(name)!));
+  }
+
+  /**
+   * Stores the record with resourceVersion one above both the stored and the given version.
+   * With expectedVersion, refuses (StorageFailure) when the stored version differs.
+   */
+  put(record: MachineRecord, expectedVersion?: number): Promise<MachineRecord> {
+    const name = validateMachineName(record.name);
+    return this.serialise(name, async () => {
+      const current = this.records.get(name);
+      if (expectedVersion !== undefined && (current?.resourceVersion ?? 0) !== expectedVersion) {
+        throw new AgentError(
+          'StorageFailure',
+          `machine "${name}" changed concurrently: stored version ${current?.resourceVersion ?? 0}, expected ${expectedVersion}`,
+        );
+      }
+      const next = cloneRecord(record);
+      // Never go backwards, even if the caller started from a stale copy.
+      next.resourceVersion = Math.max(current?.resourceVersion ?? 0, record.resourceVersion) + 1;
+      await this.writeAtomically(name, Buffer.from(`${JSON.stringify(next, null, 2)}\n`));
+      this.records.set(name, next);
+      return cloneRecord(next);
+    });
+  }
+
+  remove(name: string): Promise<void> {
+    return this.serialise(name, async () => {
+      const file = this.fileOf(name);
+      try {
+        await this.fs.unlink(file);
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw storageFailure(`cannot remove ${file}`, err);
+      }
+      await this.syncDir(`cannot remove ${file}`);
+      this.records.delete(name);
+    });
+  }
+
+  private fileOf(name: string): string {
+    return path.join(this.dir, `${name}.json`);
+  }
+
+  private serialise<T>(name: string, op: () => Promise<T>): Promise<T> {
+    const previous = this.chains.get(name) ?? Promise.resolve();
+    const result = previous.then(op, op);
+    const tail = result.catch(() => undefined);
+    this.chains.set(name, tail);
+    // Drop the entry once idle so the map does not grow with every name ever written.
+    void tail.then(() => {
+      if (this.chains.get(name) === tail) this.chains.delete(name);
+    });
+    return result;
+  }
+
+  private async writeAtomically(name: string, data: Buffer): Promise<void> {
+    const target = this.fileOf(name);
+    const temp = `${target}.tmp-${randomBytes(6).toString('hex')}`;
+    const what = `cannot write ${target}`;
+    let fd: number | undefined;
+    let step = 'create temp file';
+    try {
+      fd = await this.fs.open(temp, 'wx', 0o600);
+      step = 'write';
+      await this.fs.write(fd, data);
+      step = 'fsync';
+      await this.fs.fsync(fd);
+      step = 'close';
+      const closing = fd;
+      fd = undefined;
+      await this.fs.close(closing);
+      step = 'rename';
+      await this.fs.rename(temp, target);
+    } catch (err) {
+      if (fd !== undefined) await this.fs.close(fd).catch(() => undefined);
+      await this.fs.unlink(temp).catch(() => undefined);
+      throw storageFailure(`${what}: ${step} failed`, err);
+    }
+    await this.syncDir(what);
+  }
+
+  /** Makes a rename or unlink durable: without it a power cut can bring the old entry back. */
+  private async syncDir(what: string): Promise<void> {
+    let fd: number | undefined;
+    try {
+      fd = await this.fs.open(this.dir, 'r');
+      await this.fs.fsync(fd);
+    } catch (err) {
+      throw storageFailure(`${what}: fsync of directory ${this.dir} failed`, err);
+    } finally {
+      if (fd !== undefined) await this.fs.close(fd).catch(() => undefined);
+    }
+  }
+
+  private async removeLeftover(file: string): Promise<void> {
+    const full = path.join(this.dir, file);
+    try {
+      await this.fs.unlink(full);
+      this.logger.info('removed temp file left by an interrupted write', { file: full });
+    } catch (err) {
+      this.logger.warn('cannot remove leftover temp file', { file: full, error: describeError(err) });
+    }
+  }
+
+  private async loadOne(file: string): Promise<{ record: MachineRecord } | { quarantined?: QuarantinedFile }> {
+    const full = path.join(this.dir, file);
+    let reason: string;
+    try {
+      return { record: parseStoredRecord(await this.fs.readFile(full), file.slice(0, -'.json'.length)) };
+    } catch (err) {
+      // Unreadable (EIO, a directory named x.json) or invalid: set it aside, keep starting.
+      reason = describeError(err);
+    }
+    return { quarantined: await this.quarantine(file, reason) };
+  }
+
+  private async quarantine(file: string, reason: string): Promise<QuarantinedFile | undefined> {
+    const from = path.join(this.dir, file);
+    const stamp = new Date(this.now()).toISOString().replace(/:/g, '-');
+    const movedTo = path.join(this.quarantineDir, `${file}.${stamp}`);
+    try {
+      await this.fs.mkdir(this.quarantineDir, 0o700);
+      await this.fs.rename(from, movedTo);
+    } catch (err) {
+      this.logger.error('cannot quarantine a damaged machine record; ignoring it', { file: from, reason, error: describeError(err) });
+      return undefined;
+    }
+    this.logger.warn('quarantined a damaged machine record', { file: from, movedTo, reason });
+    return { file: from, movedTo, reason };
+  }
+}
+
+function storageFailure(what: string, err: unknown): AgentError {
+  const code = (err as NodeJS.ErrnoException | undefined)?.code;
+  const detail = code ? `${code} (${describeError(err).replace(/^[A-Z]+: /, '').replace(/, \w+( '.*')?$/, '')})` : describeError(err);
+  return new AgentError('StorageFailure', `${what}: ${detail}`, { cause: err });
+}

@@ -1,0 +1,227 @@
+import type { Clock, TimerHandle } from '../lifecycle/clock.js';
+import { Backoff } from '../lifecycle/backoff.js';
+import type { KeyedLock } from '../lifecycle/keyed-lock.js';
+import { Semaphore } from '../lifecycle/semaphore.js';
+import type { Logger } from '../logging/logger.js';
+import { describeError } from '../machine/errors.js';
+import { machineNameFromDomain } from '../machine/names.js';
+import { DOMAIN_FINALIZER, isDeleting, isShuttingDown, type MachineRecord } from '../machine/record.js';
+import type { DomainRunState, Hypervisor } from '../hypervisor/port.js';
+import type { DomainObserver, DomainSnapshot } from '../reconciler/domain-observer.js';
+import type { DomainProvisioner } from '../reconciler/domain-provisioner.js';
+import type { MachineRecords } from '../service/machine-records.js';
+import { nextShutdownStep } from './shutdown-step.js';
+
+export interface SweeperOptions {
+  records: MachineRecords;
+  hypervisor: Hypervisor;
+  observer: () => DomainObserver;
+  provisioner: DomainProvisioner;
+  clock: Clock;
+  logger: Logger;
+  machineLock: KeyedLock;
+  sweepIntervalMs: number;
+  shutdownRetryIntervalMs: number;
+  concurrency?: number;
+}
+
+export interface SweepStats {
+  machines: number;
+  durationMs: number;
+}
+
+const isActive = (s: DomainRunState | undefined) => s !== undefined && s !== 'shutoff' && s !== 'crashed';
+
+/**
+ * Owns every machine being deleted or powered off: presses the power button, presses it again,
+ * destroys the domain at the deadline (on a timer set for the deadline itself, not the next
+ * sweep), then completes the power-off or removes domain, disks and record. Every step is
+ * idempotent and persisted first, so a restart goes on where the last run stopped.
+ */
+export class Sweeper {
+  private readonly tracked = new Set<string>();
+  private readonly timers = new Map<string, TimerHandle>();
+  private readonly backoff = new Backoff();
+  private readonly limiter: Semaphore;
+  private sweepTimer: TimerHandle | undefined;
+  private running = false;
+  private lastSweep: { at: number; stats: SweepStats } | undefined;
+
+  constructor(private readonly o: SweeperOptions) {
+    this.limiter = new Semaphore(o.concurrency ?? 16);
+    const track = (r: MachineRecord) => (isShuttingDown(r) ? this.tracked.add(r.name) : this.untrack(r.name));
+    o.records.emitter.on('machineAdded', track);
+    o.records.emitter.on('machineChanged', track);
+    o.records.emitter.on('machineRemoved', (r) => this.untrack(r.name));
+  }
+
+  get trackedCount(): number {
+    return this.tracked.size;
+  }
+
+  get lastSweepAt(): number {
+    return this.lastSweep?.at ?? 0;
+  }
+
+  start(): void {
+    for (const r of this.o.records.list()) if (isShuttingDown(r)) this.tracked.add(r.name);
+    this.running = true;
+    this.scheduleSweep();
+  }
+
+  stop(): void {
+    this.running = false;
+    this.sweepTimer?.cancel();
+    for (const t of this.timers.values()) t.cancel();
+    this.timers.clear();
+  }
+
+  kick(name: string): Promise<void> {
+    const r = this.o.records.get(name);
+    if (!this.running || !r || !isShuttingDown(r)) return Promise.resolve();
+    this.tracked.add(name);
+    return this.sweepMachine(name);
+  }
+
+  /** The safety net: one pass over every machine being shut down. */
+  async sweepOnce(): Promise<SweepStats> {
+    const started = this.o.clock.now();
+    const names = [...this.tracked];
+    await Promise.all(names.map((n) => this.sweepMachine(n)));
+    const stats = { machines: names.length, durationMs: this.o.clock.now() - started };
+    this.lastSweep = { at: this.o.clock.now(), stats };
+    return stats;
+  }
+
+  /** A domain we track changed state (e.g. the guest powered itself off): act now. */
+  onSnapshot(_snapshot: DomainSnapshot, changed: ReadonlySet<string>): void {
+    for (const domainName of changed) {
+      const name = machineNameFromDomain(domainName);
+      if (name && this.tracked.has(name)) void this.sweepMachine(name);
+    }
+  }
+
+  sweepMachine(name: string): Promise<void> {
+    return this.o.machineLock.run(name, () => this.limiter.run(() => this.step(name)));
+  }
+
+  private untrack(name: string): void {
+    this.tracked.delete(name);
+    this.timers.get(name)?.cancel();
+    this.timers.delete(name);
+  }
+
+  private async step(name: string): Promise<void> {
+    const record = this.o.records.get(name);
+    if (!record || !isShuttingDown(record) || !this.running) return;
+    if (!this.o.observer().isConnected) return; // the reconnect kicks us again
+    try {
+      await this.advance(record);
+      this.backoff.succeed(name);
+    } catch (err) {
+      const delay = this.backoff.fail(name);
+      this.o.records.event(name, 'warning', 'CleanupFailed', `${describeError(err)}; retrying in ${Math.round(delay / 1000)}s`);
+      this.schedule(name, this.o.clock.now() + delay);
+    }
+  }
+
+  private async advance(record: MachineRecord): Promise<void> {
+    const name = record.name;
+    const observed = this.o.observer().domain(record.domainName)?.state;
+    // Confirm "off" with a fresh query before acting on it: the snapshot may be a poll old.
+    const state = isActive(observed) ? observed : await this.o.hypervisor.domainState(record.domainName);
+    const now = this.o.clock.now();
+    const step = nextShutdownStep(record, isActive(state), now, this.o.shutdownRetryIntervalMs);
+    switch (step.kind) {
+      case 'wait':
+        this.schedule(name, step.until);
+        return;
+      case 'request':
+      case 'retry':
+        await this.o.records.update(name, (r) => {
+          if (r.status.shutdownRequestedAt === 0) r.status.shutdownRequestedAt = now;
+          r.status.lastShutdownSentAt = now;
+          r.status.state = isDeleting(r) ? 'terminating' : 'stopping';
+        });
+        await this.o.hypervisor.shutdownDomain(record.domainName);
+        if (step.kind === 'request') {
+          const left = Math.max(0, Math.round((record.status.forceStopAt - now) / 1000));
+          this.o.records.event(name, 'normal', 'ShutdownRequested', `ACPI shutdown sent; force stop in ${left}s`);
+        } else {
+          this.o.records.event(name, 'normal', 'ShutdownRetried', 'ACPI shutdown sent again');
+        }
+        this.schedule(name, Math.min(now + this.o.shutdownRetryIntervalMs, record.status.forceStopAt || Infinity));
+        return;
+      case 'force':
+        await this.forceStop(record, now);
+        await this.finish(name);
+        return;
+      case 'finish':
+        await this.finish(name);
+        return;
+    }
+  }
+
+  private async forceStop(record: MachineRecord, now: number): Promise<void> {
+    await this.o.records.update(record.name, (r) => {
+      if (r.status.shutdownRequestedAt === 0) r.status.shutdownRequestedAt = now;
+      r.status.forceStoppedAt = now;
+    });
+    await this.o.hypervisor.destroyDomain(record.domainName);
+    const late = this.o.clock.now() - record.status.forceStopAt;
+    this.o.records.event(record.name, 'warning', 'ForceStopped',
+      `grace period of ${record.status.gracePeriodSec}s ran out: domain destroyed (${late} ms after the deadline)`);
+  }
+
+  /** The domain is off: finish the power-off, or take the machine apart. */
+  private async finish(name: string): Promise<void> {
+    const before = this.o.records.get(name);
+    if (!before) return;
+    const wentByItself = before.status.shutdownRequestedAt > 0 && before.status.forceStoppedAt === 0;
+    const announce = before.status.state !== 'terminated' && before.status.state !== 'stopped';
+    if (!isDeleting(before)) {
+      await this.o.records.update(name, (r) => {
+        r.status.state = 'stopped';
+        r.status.shutdownRequestedAt = 0;
+        r.status.lastShutdownSentAt = 0;
+        r.status.forceStopAt = 0;
+        r.status.forceStoppedAt = 0;
+        r.status.gracePeriodSec = 0;
+      });
+      if (wentByItself) this.o.records.event(name, 'normal', 'ShutdownCompleted', 'guest shut down by itself');
+      this.o.records.event(name, 'normal', 'Stopped', 'machine is powered off');
+      return;
+    }
+    await this.o.records.update(name, (r) => {
+      r.status.state = 'terminated';
+    });
+    if (announce && wentByItself) this.o.records.event(name, 'normal', 'ShutdownCompleted', 'guest shut down by itself');
+    await this.o.hypervisor.undefineDomain(before.domainName);
+    await this.o.provisioner.removeFiles(name);
+    await this.o.records.update(name, (r) => {
+      r.finalizers = r.finalizers.filter((f) => f !== DOMAIN_FINALIZER);
+    });
+    await this.o.records.remove(name);
+    this.untrack(name);
+    this.o.records.event(name, 'normal', 'Deleted', 'domain, disks and record removed');
+  }
+
+  private schedule(name: string, at: number): void {
+    if (!this.running) return;
+    this.timers.get(name)?.cancel();
+    const delay = Math.max(0, at - this.o.clock.now());
+    this.timers.set(name, this.o.clock.setTimer(delay, () => {
+      this.timers.delete(name);
+      void this.sweepMachine(name);
+    }));
+  }
+
+  private scheduleSweep(): void {
+    this.sweepTimer = this.o.clock.setTimer(this.o.sweepIntervalMs, () => {
+      if (!this.running) return;
+      void this.sweepOnce()
+        .catch((err) => this.o.logger.error(`sweep failed: ${describeError(err)}`))
+        .finally(() => this.running && this.scheduleSweep());
+    });
+  }
+}

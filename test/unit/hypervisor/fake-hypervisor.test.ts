@@ -1,0 +1,127 @@
+import { describe, expect, it } from 'vitest';
+import { FakeDiskProvisioner } from '../../../src/hypervisor/fake/fake-disks.js';
+import { FakeHypervisor, type GuestBehaviour } from '../../../src/hypervisor/fake/fake-hypervisor.js';
+import { FakeClock, flushMicrotasks } from '../../../src/lifecycle/fake-clock.js';
+import { isAgentError } from '../../../src/machine/errors.js';
+import { definitionFor, runHypervisorContract } from '../../contract/hypervisor-contract.js';
+
+runHypervisorContract('FakeHypervisor', async () => ({ hv: new FakeHypervisor(), cleanup: async () => {} }));
+
+async function runningDomain(opts: { behaviour?: GuestBehaviour; delayMs?: number } = {}) {
+  const clock = new FakeClock();
+  const hv = new FakeHypervisor({ clock, defaultBehaviour: opts.behaviour, shutdownDelayMs: opts.delayMs });
+  const def = definitionFor('guest');
+  await hv.defineDomain(def);
+  await hv.startDomain(def.name);
+  return { clock, hv, name: def.name };
+}
+
+describe('FakeHypervisor guest behaviour', () => {
+  it('obey: shuts off after the delay on the injected clock', async () => {
+    const { clock, hv, name } = await runningDomain({ delayMs: 2000 });
+    await hv.shutdownDomain(name);
+    await hv.shutdownDomain(name);
+    await clock.advance(1999);
+    expect(hv.stateOf(name)).toBe('running');
+    await clock.advance(1);
+    expect(hv.stateOf(name)).toBe('shutoff');
+    expect(hv.shutdownRequests(name)).toBe(2);
+  });
+
+  it('ignore: counts requests and stays running until destroyed', async () => {
+    const { clock, hv, name } = await runningDomain({ behaviour: 'ignore' });
+    for (let i = 0; i < 3; i++) await hv.shutdownDomain(name);
+    await clock.advance(60_000);
+    expect(hv.stateOf(name)).toBe('running');
+    expect(hv.shutdownRequests(name)).toBe(3);
+    await hv.destroyDomain(name);
+    expect(hv.stateOf(name)).toBe('shutoff');
+  });
+
+  it('hang: destroy does not settle until released', async () => {
+    const { hv, name } = await runningDomain();
+    hv.setGuestBehaviour(name, 'hang');
+    await hv.shutdownDomain(name);
+    let settled = false;
+    const destroy = hv.destroyDomain(name).then(() => (settled = true));
+    await flushMicrotasks();
+    expect(settled).toBe(false);
+    expect(hv.pendingDestroys(name)).toBe(1);
+    expect(hv.stateOf(name)).toBe('running');
+    hv.release(name);
+    await destroy;
+    expect(hv.stateOf(name)).toBe('shutoff');
+  });
+
+  it('a destroy cancels a pending obeying shutdown', async () => {
+    const { clock, hv, name } = await runningDomain({ delayMs: 1000 });
+    await hv.shutdownDomain(name);
+    await hv.destroyDomain(name);
+    expect(clock.pendingTimers).toBe(0);
+  });
+
+  it('undefine of a running domain removes it once it stops, as libvirt does', async () => {
+    const { hv, name } = await runningDomain();
+    await hv.undefineDomain(name);
+    expect(hv.stateOf(name)).toBe('running');
+    await hv.destroyDomain(name);
+    expect(hv.stateOf(name)).toBeUndefined();
+  });
+});
+
+describe('FakeHypervisor failure injection', () => {
+  it('failNext fails only the next call of that op, in order', async () => {
+    const { hv, name } = await runningDomain();
+    hv.failNext('shutdownDomain', new Error('one'));
+    hv.failNext('shutdownDomain', new Error('two'));
+    await expect(hv.shutdownDomain(name)).rejects.toThrow('one');
+    await expect(hv.destroyDomain(name)).resolves.toBeUndefined();
+    await expect(hv.shutdownDomain(name)).rejects.toThrow('two');
+    await expect(hv.shutdownDomain(name)).resolves.toBeUndefined();
+  });
+
+  it('setAvailable(false) fails every call with HypervisorUnavailable', async () => {
+    const { hv, name } = await runningDomain();
+    await hv.connect();
+    hv.setAvailable(false);
+    expect(hv.isConnected()).toBe(false);
+    for (const call of [() => hv.connect(), () => hv.listDomains(), () => hv.destroyDomain(name), () => hv.domainXml(name)]) {
+      const err = await call().then(() => undefined, (e: unknown) => e);
+      expect(isAgentError(err, 'HypervisorUnavailable')).toBe(true);
+    }
+    hv.setAvailable(true);
+    await hv.connect();
+    expect(hv.isConnected()).toBe(true);
+  });
+
+  it('logs calls with op and name', async () => {
+    const { hv, name } = await runningDomain();
+    await hv.listDomains();
+    expect(hv.calls).toEqual([
+      { op: 'defineDomain', name },
+      { op: 'startDomain', name },
+      { op: 'listDomains' },
+    ]);
+  });
+});
+
+describe('FakeDiskProvisioner', () => {
+  it('records created and removed paths; removing a folder takes its files', async () => {
+    const disks = new FakeDiskProvisioner();
+    await disks.ensureDir('/s/guests/a');
+    await disks.createDisk('/s/guests/a/disk-root.qcow2', { backingImage: '/img/base.qcow2' });
+    await disks.createDisk('/s/guests/b/disk-root.qcow2', { sizeGiB: 1 });
+    await disks.removePath('/s/guests/a');
+    expect([...disks.created]).toEqual(['/s/guests/b/disk-root.qcow2']);
+    expect([...disks.removed]).toEqual(['/s/guests/a']);
+    expect([...disks.dirs]).toEqual(['/s/guests/a']);
+  });
+
+  it('failNext fails the next call of that op', async () => {
+    const disks = new FakeDiskProvisioner();
+    disks.failNext('createDisk', new Error('disk full'));
+    await expect(disks.createDisk('/x', { sizeGiB: 1 })).rejects.toThrow('disk full');
+    await expect(disks.createDisk('/x', { sizeGiB: 1 })).resolves.toBeUndefined();
+    expect(disks.created.has('/x')).toBe(true);
+  });
+});
