@@ -1,0 +1,95 @@
+import { Agent } from '../../src/agent.js';
+import { defaultConfig, type Config } from '../../src/config/config.js';
+import { FakeClock, flushMicrotasks } from '../../src/lifecycle/fake-clock.js';
+import { silentLogger } from '../../src/logging/logger.js';
+import { FakeHypervisor, type GuestBehaviour } from '../../src/hypervisor/fake/fake-hypervisor.js';
+import { FakeDiskProvisioner } from '../../src/hypervisor/fake/fake-disks.js';
+import { domainNameFor } from '../../src/machine/names.js';
+import { MemoryStore } from './memory-store.js';
+
+// Builds the real Agent on a fake hypervisor, fake disks, an in-memory store and a fake clock, so
+// unit tests step time through every deadline in milliseconds.
+
+export interface HarnessOptions {
+  behaviour?: GuestBehaviour;
+  shutdownDelayMs?: number;
+  config?: (c: Config) => void;
+}
+
+export const SPEC = JSON.stringify({ cpus: 1, memoryMiB: 128, disks: [{ name: 'root', sizeGiB: 1 }] });
+
+export class Harness {
+  readonly clock = new FakeClock();
+  readonly hv: FakeHypervisor;
+  readonly disks = new FakeDiskProvisioner();
+  readonly store = new MemoryStore();
+  readonly config: Config;
+  agent: Agent;
+
+  constructor(opts: HarnessOptions = {}) {
+    this.hv = new FakeHypervisor({ clock: this.clock, defaultBehaviour: opts.behaviour ?? 'obey', shutdownDelayMs: opts.shutdownDelayMs ?? 2000 });
+    this.config = defaultConfig();
+    this.config.stateDir = '/state';
+    this.config.imageDirectories = ['/images'];
+    opts.config?.(this.config);
+    this.agent = this.build();
+  }
+
+  get service() {
+    return this.agent.service;
+  }
+
+  private build(): Agent {
+    return new Agent({ config: this.config, clock: this.clock, logger: silentLogger, store: this.store, hypervisor: this.hv, disks: this.disks });
+  }
+
+  async start(): Promise<this> {
+    await this.agent.start();
+    await this.settle();
+    return this;
+  }
+
+  /** Simulates kill -9 and a new process: the old agent's timers die, state on "disk" stays. */
+  async restart(): Promise<void> {
+    await this.agent.stop();
+    this.agent = this.build();
+    await this.start();
+  }
+
+  async settle(): Promise<void> {
+    await flushMicrotasks(40);
+  }
+
+  async advance(ms: number, stepMs = 100): Promise<void> {
+    for (let done = 0; done < ms; done += stepMs) await this.clock.advance(Math.min(stepMs, ms - done));
+    await this.settle();
+  }
+
+  /** Advances time in small steps until predicate holds; fails after limitMs of fake time. */
+  async advanceUntil(predicate: () => boolean, limitMs = 600_000, stepMs = 100): Promise<number> {
+    const start = this.clock.now();
+    while (!predicate()) {
+      if (this.clock.now() - start > limitMs) throw new Error(`condition not reached within ${limitMs} ms of fake time`);
+      await this.clock.advance(stepMs);
+      await this.settle();
+    }
+    return this.clock.now() - start;
+  }
+
+  async createRunning(name: string, spec = SPEC): Promise<void> {
+    await this.service.create(name, spec);
+    await this.advanceUntil(() => this.hv.stateOf(domainNameFor(name)) === 'running' && this.service.get(name).status.state === 'running');
+  }
+
+  reasons(machine?: string): string[] {
+    return this.service.events().filter((e) => !machine || e.machine === machine).map((e) => e.reason);
+  }
+
+  event(machine: string, reason: string) {
+    return this.service.events().find((e) => e.machine === machine && e.reason === reason);
+  }
+
+  exists(name: string): boolean {
+    return this.service.list().some((r) => r.name === name);
+  }
+}
