@@ -10,7 +10,7 @@ purpose="${1:-run}"
 
 run_pkgs=(libvirt-dev libsystemd-dev pkg-config python3 make g++ qemu-utils dbus systemd)
 test_pkgs=(libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86 busybox-static
-           cpio xz-utils util-linux passwd)
+           cpio xz-utils util-linux passwd libxml2-utils)
 pkgs=("${run_pkgs[@]}")
 [[ "$purpose" == test ]] && pkgs+=("${test_pkgs[@]}")
 

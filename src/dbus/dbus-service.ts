@@ -42,6 +42,7 @@ export class DBusService {
     this.busName = options.busName ?? BUS_NAME;
     // Without a listener, a reply written after disconnect raises an unhandled 'error' and kills us.
     this.bus.on('error', (err: unknown) => this.logger.warn('D-Bus connection error', { error: describeError(err) }));
+    dropSendsAfterClose(this.bus, this.logger);
     this.manager = new ManagerInterface(this.api);
     this.objectManager = new ObjectManagerInterface(() => this.managedObjects());
   }
@@ -200,6 +201,24 @@ export class DBusService {
     } else reply = [DBUS_ERROR_PROPERTY_READ_ONLY, `property ${property} is read-only`];
     this.bus.send(Message.newError(msg as unknown as string, reply[0], reply[1]));
     return true;
+  };
+}
+
+const SAFE_SEND = Symbol.for('vmkeeper.dbus.safeSend');
+
+// dbus-next's send() throws synchronously once the stream is closed; a method reply that comes
+// due after disconnect would then become an unhandled rejection inside dbus-next. Drop it instead.
+function dropSendsAfterClose(bus: MessageBus, logger: Logger): void {
+  const marked = bus as MessageBus & { [SAFE_SEND]?: true };
+  if (marked[SAFE_SEND]) return;
+  marked[SAFE_SEND] = true;
+  const send = bus.send.bind(bus);
+  bus.send = (msg: Message) => {
+    try {
+      send(msg);
+    } catch (err) {
+      logger.debug('D-Bus message dropped', { member: msg.member, error: describeError(err) });
+    }
   };
 }
 

@@ -91,7 +91,7 @@ export class FileMachineStore implements MachineStore {
    * Stores the record with resourceVersion one above both the stored and the given version.
    * With expectedVersion, refuses (StorageFailure) when the stored version differs.
    */
-  put(record: MachineRecord, expectedVersion?: number): Promise<MachineRecord> {
+  async put(record: MachineRecord, expectedVersion?: number): Promise<MachineRecord> {
     const name = validateMachineName(record.name);
     return this.serialise(name, async () => {
       const current = this.records.get(name);
@@ -110,7 +110,9 @@ export class FileMachineStore implements MachineStore {
     });
   }
 
-  remove(name: string): Promise<void> {
+  async remove(name: string): Promise<void> {
+    // The name becomes a path: never let "../x" reach unlink.
+    validateMachineName(name);
     return this.serialise(name, async () => {
       const file = this.fileOf(name);
       try {

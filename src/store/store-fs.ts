@@ -18,13 +18,16 @@ export interface StoreFs {
 }
 
 const writeFd = promisify(fs.write);
+// The callback readFile is about twice as fast as fs.promises.readFile for small files (fewer
+// thread-pool round trips), which is most of load()'s time with 10,000 records.
+const readFileCb = promisify(fs.readFile);
 
 export const nodeStoreFs: StoreFs = {
   async mkdir(path, mode) {
     await fs.promises.mkdir(path, { recursive: true, mode });
   },
   readdir: (path) => fs.promises.readdir(path),
-  readFile: (path) => fs.promises.readFile(path, 'utf8'),
+  readFile: (path) => readFileCb(path, 'utf8'),
   open: promisify(fs.open) as StoreFs['open'],
   async write(fd, data) {
     for (let off = 0; off < data.length; ) {

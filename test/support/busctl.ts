@@ -67,7 +67,8 @@ export interface BusctlValue {
 async function json(address: string, args: string[], options?: ClientOptions): Promise<BusctlValue> {
   const result = await busctl(address, ['--json=short', ...args], options);
   if (result.code !== 0) throw new BusctlError(result);
-  return JSON.parse(result.stdout) as BusctlValue;
+  // A call with an empty reply prints nothing.
+  return result.stdout.trim() ? (JSON.parse(result.stdout) as BusctlValue) : { type: '', data: [] };
 }
 
 /** `busctl call org.vmkeeper1 PATH IFACE METHOD [SIG ARGS...]`; `data` is the reply body. */
@@ -123,4 +124,19 @@ export async function dbusSend(
   // "Error org.vmkeeper1.Error.NoSuchMachine: no machine named ..."
   const match = /^Error ([A-Za-z0-9_.]+): ?([\s\S]*)$/m.exec(result.stderr);
   return { ok: false, errorName: match?.[1], message: (match?.[2] ?? result.stderr).trim(), stdout: result.stdout };
+}
+
+/** Creates `group` and a system user `user` in it when absent (tests run as root); returns its RunAs. */
+export async function ensureUserInGroup(user: string, group: string): Promise<RunAs> {
+  const must = async (cmd: string, args: string[]) => {
+    const r = await run(cmd, args);
+    if (r.code !== 0) throw new Error(`${cmd} ${args.join(' ')} failed: ${r.stderr.trim()}`);
+  };
+  if ((await run('getent', ['group', group])).code !== 0) await must('groupadd', ['--system', group]);
+  if ((await run('getent', ['passwd', user])).code !== 0) {
+    await must('useradd', ['--system', '--no-create-home', '--shell', '/usr/sbin/nologin', '--gid', 'nogroup', '--groups', group, user]);
+  } else {
+    await must('usermod', ['--append', '--groups', group, user]);
+  }
+  return { user, group: 'nogroup', initGroups: true };
 }

@@ -12,6 +12,8 @@ import { fileURLToPath } from 'node:url';
 
 export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const GUEST_CACHE_DIR = path.join(REPO_ROOT, '.cache', 'guest');
+/** Persistent /var/cache/libvirt for private test daemons (qemu capability cache). */
+export const LIBVIRT_CACHE_DIR = path.join(REPO_ROOT, '.cache', 'libvirt');
 export const BUILD_GUEST_SCRIPT = path.join(REPO_ROOT, 'test', 'fixtures', 'guest', 'build-guest.sh');
 
 /** Serial line printed by the guest once it is ready (acpid running in "acpi" mode). */

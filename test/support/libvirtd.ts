@@ -51,6 +51,12 @@ export interface StartLibvirtdOptions {
   runDir: string;
   /** Readiness deadline; the first start probes qemu capabilities (~7.5 s). Default 60 s. */
   readyTimeoutMs?: number;
+  /**
+   * Optional persistent directory used as the daemon's /var/cache/libvirt, so that the qemu
+   * capability probe (~7 s) is done once and reused by later starts (libvirt revalidates the
+   * cache against the qemu binary and libvirtd itself). Default: runDir/cache (probe every start).
+   */
+  cacheDir?: string;
 }
 
 interface ExecResult {
@@ -125,12 +131,23 @@ export async function startLibvirtd(opts: StartLibvirtdOptions): Promise<Private
   const sock = path.join(sockDir, 'libvirt-sock');
   if (Buffer.byteLength(sock) > 107) throw new Error(`startLibvirtd: runDir too long for a unix socket: ${sock}`);
   const readyTimeoutMs = opts.readyTimeoutMs ?? 60_000;
+  // Paths under /run or the bind targets would be hidden inside the daemon's namespace.
+  for (const p of [runDir, ...(opts.cacheDir ? [path.resolve(opts.cacheDir)] : [])]) {
+    for (const hidden of ['/run', '/var/run', ...BINDS.map(([, t]) => t)]) {
+      if (p === hidden || p.startsWith(`${hidden}/`)) {
+        throw new Error(`startLibvirtd: ${p} lies under ${hidden}, which the private daemon replaces`);
+      }
+    }
+  }
 
   await fs.mkdir(runDir, { recursive: true });
   await fs.chmod(runDir, 0o755);
   for (const sub of ['sock', 'etc', 'run', 'lib', 'log', 'log/qemu', 'cache']) {
     await fs.mkdir(path.join(runDir, sub), { recursive: true });
   }
+  const cacheDir = opts.cacheDir ? path.resolve(opts.cacheDir) : path.join(runDir, 'cache');
+  await fs.mkdir(cacheDir, { recursive: true });
+  const bindSource = (sub: string) => (sub === 'cache' ? cacheDir : path.join(runDir, sub));
   await fs.writeFile(path.join(runDir, 'etc', 'libvirtd.conf'), libvirtdConf(runDir));
   await fs.writeFile(path.join(runDir, 'etc', 'qemu.conf'), QEMU_CONF);
   // An empty client config inside the namespace (the daemon itself never reads it).
@@ -144,7 +161,7 @@ export async function startLibvirtd(opts: StartLibvirtdOptions): Promise<Private
     `mkdir -p ${BINDS.filter(([, t]) => !t.startsWith('/run/')).map(([, t]) => shq(t)).join(' ')}`,
     'mount -t tmpfs -o mode=0755 vmkeeper-test-run /run',
     'mkdir -p /run/libvirt',
-    ...BINDS.map(([sub, target]) => `mount --bind ${shq(path.join(runDir, sub))} ${shq(target)}`),
+    ...BINDS.map(([sub, target]) => `mount --bind ${shq(bindSource(sub))} ${shq(target)}`),
     // libvirtd resolves its compiled-in qemu user/group (Debian: libvirt-qemu) before it reads
     // qemu.conf and refuses to start if they do not exist. Without libvirt-daemon-system that
     // account is missing, so give the namespace its own /etc/passwd and /etc/group with it.

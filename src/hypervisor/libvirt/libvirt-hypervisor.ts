@@ -171,9 +171,12 @@ export class LibvirtHypervisor implements Hypervisor {
   private async open(): Promise<NativeHypervisor> {
     // A fresh native object each time: the old one may be stuck inside a call that never returns.
     const native = new NativeHypervisor({ uri: this.uri });
+    const opened = native.connectOpen();
     try {
-      await withCallTimeout(this.clock, this.callTimeoutMs, 'connectOpen', () => native.connectOpen());
+      await withCallTimeout(this.clock, this.callTimeoutMs, 'connectOpen', () => opened);
     } catch (err) {
+      // An open that succeeds after we gave up would leak: close it when it lands.
+      void opened.then(() => native.connectClose(), () => undefined).catch(() => undefined);
       if (err instanceof AgentError) throw err;
       throw new AgentError('HypervisorUnavailable', `cannot connect to libvirt at ${this.uri}: ${messageOf(err)}`, { cause: err });
     }
