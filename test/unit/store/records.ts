@@ -1,0 +1,48 @@
+import { type MachineRecord, RECORD_API_VERSION, newStatus } from '../../../src/machine/record.js';
+import type { LogFields, Logger } from '../../../src/logging/logger.js';
+
+// Shared fixtures for the store tests.
+
+export function makeRecord(name: string, overrides: Partial<MachineRecord> = {}): MachineRecord {
+  return {
+    apiVersion: RECORD_API_VERSION,
+    name,
+    uuid: '6f1c1a52-3c1e-4b0e-9a8d-3f1f1b2c0a01',
+    domainName: `vmkeeper-${name}`,
+    createdAt: 1_700_000_000_000,
+    deletionTimestamp: 0,
+    deletionGracePeriodSec: 0,
+    resourceVersion: 0,
+    finalizers: ['vmkeeper/domain'],
+    annotations: { owner: 'test' },
+    spec: {
+      cpus: 1,
+      memoryMiB: 128,
+      domainType: 'qemu',
+      boot: { kernel: '/var/lib/vmkeeper/images/vmlinuz' },
+      disks: [{ name: 'root', sizeGiB: 1 }],
+      nics: [],
+      power: 'on',
+      annotations: {},
+    },
+    status: newStatus(),
+    ...overrides,
+  };
+}
+
+export interface LogLine {
+  level: 'error' | 'warn' | 'info' | 'debug';
+  message: string;
+  fields?: LogFields;
+}
+
+export function captureLogger(): Logger & { lines: LogLine[] } {
+  const lines: LogLine[] = [];
+  const at = (level: LogLine['level']) => (message: string, fields?: LogFields) => void lines.push({ level, message, fields });
+  return { lines, error: at('error'), warn: at('warn'), info: at('info'), debug: at('debug') };
+}
+
+export function errnoError(code: string, syscall: string): NodeJS.ErrnoException {
+  const text: Record<string, string> = { ENOSPC: 'no space left on device', EIO: 'i/o error', EROFS: 'read-only file system' };
+  return Object.assign(new Error(`${code}: ${text[code] ?? 'error'}, ${syscall}`), { code, syscall });
+}
