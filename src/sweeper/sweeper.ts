@@ -167,10 +167,12 @@ export class Sweeper {
       if (r.status.shutdownRequestedAt === 0) r.status.shutdownRequestedAt = now;
       r.status.forceStoppedAt = now;
     });
+    const issued = this.o.clock.now();
     await this.o.hypervisor.destroyDomain(record.domainName);
-    const late = this.o.clock.now() - record.status.forceStopAt;
+    const took = this.o.clock.now() - issued;
+    const late = Math.max(0, issued - record.status.forceStopAt);
     this.o.records.event(record.name, 'warning', 'ForceStopped',
-      `grace period of ${record.status.gracePeriodSec}s ran out: domain destroyed (${late} ms after the deadline)`);
+      `grace period of ${record.status.gracePeriodSec}s ran out: domain destroyed (issued ${late} ms after the deadline, took ${took} ms)`);
   }
 
   /** The domain is off: finish the power-off, or take the machine apart. */
