@@ -12,10 +12,10 @@ export function summary(label: string, values: number[], unit = 'ms'): string {
   return `${label}: n=${values.length} p50=${f(percentile(values, 50))}${unit} p99=${f(percentile(values, 99))}${unit} max=${f(Math.max(...values))}${unit}`;
 }
 
-export async function waitFor(predicate: () => boolean, timeoutMs: number, what: string): Promise<void> {
+export async function waitFor(predicate: () => boolean, timeoutMs: number, what: string, intervalMs = 5): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!predicate()) {
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 5));
+    await new Promise((r) => setTimeout(r, intervalMs));
   }
 }
