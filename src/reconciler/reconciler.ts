@@ -1,4 +1,5 @@
-import type { Clock, TimerHandle } from '../lifecycle/clock.js';
+import type { Clock } from '../lifecycle/clock.js';
+import { KeyedTimers, PeriodicTask } from '../lifecycle/timers.js';
 import { Backoff } from '../lifecycle/backoff.js';
 import type { KeyedLock } from '../lifecycle/keyed-lock.js';
 import { Semaphore } from '../lifecycle/semaphore.js';
@@ -33,26 +34,28 @@ export interface ReconcilerOptions {
 export class Reconciler {
   private readonly backoff = new Backoff();
   private readonly queued = new Set<string>();
-  private readonly retryTimers = new Map<string, TimerHandle>();
+  private readonly retryTimers: KeyedTimers;
+  private readonly resync: PeriodicTask;
   private readonly limiter: Semaphore;
   private readonly reportedOrphans = new Set<string>();
-  private resyncTimer: TimerHandle | undefined;
   private running = false;
 
   constructor(private readonly o: ReconcilerOptions) {
     this.limiter = new Semaphore(o.concurrency ?? 8);
+    this.retryTimers = new KeyedTimers(o.clock);
+    this.resync = new PeriodicTask(o.clock, o.resyncIntervalMs, () => this.resyncAll(),
+      (err) => o.logger.error(`resync failed: ${describeError(err)}`));
   }
 
   start(): void {
     this.running = true;
-    this.scheduleResync();
+    this.resync.start();
   }
 
   stop(): void {
     this.running = false;
-    this.resyncTimer?.cancel();
-    for (const t of this.retryTimers.values()) t.cancel();
-    this.retryTimers.clear();
+    this.resync.stop();
+    this.retryTimers.cancelAll();
   }
 
   /** A record changed or a domain changed state: look at this machine soon. */
@@ -86,7 +89,7 @@ export class Reconciler {
     if (!record || isShuttingDown(record)) return;
     const observer = this.o.observer();
     if (!observer.isConnected) return;
-    this.retryTimers.get(name)?.cancel();
+    this.retryTimers.cancel(name);
     try {
       await this.converge(record, observer);
       if (this.backoff.failureCount(name) > 0) this.o.logger.info(`${name}: reconciled after earlier failures`);
@@ -142,10 +145,7 @@ export class Reconciler {
         r.status.message = message;
       })
       .catch((e) => this.o.logger.error(`${name}: could not store the error state: ${describeError(e)}`));
-    this.retryTimers.set(name, this.o.clock.setTimer(delay, () => {
-      this.retryTimers.delete(name);
-      void this.kick(name);
-    }));
+    this.retryTimers.set(name, delay, () => void this.kick(name));
   }
 
   private async reportOrphans(snapshot: DomainSnapshot): Promise<void> {
@@ -160,12 +160,5 @@ export class Reconciler {
           `domain ${domainName} carries the vmkeeper mark but has no machine record; left untouched`);
       }
     }
-  }
-
-  private scheduleResync(): void {
-    this.resyncTimer = this.o.clock.setTimer(this.o.resyncIntervalMs, () => {
-      if (!this.running) return;
-      void this.resyncAll().finally(() => this.running && this.scheduleResync());
-    });
   }
 }

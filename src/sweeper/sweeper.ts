@@ -1,4 +1,5 @@
-import type { Clock, TimerHandle } from '../lifecycle/clock.js';
+import type { Clock } from '../lifecycle/clock.js';
+import { KeyedTimers, PeriodicTask } from '../lifecycle/timers.js';
 import { Backoff } from '../lifecycle/backoff.js';
 import type { KeyedLock } from '../lifecycle/keyed-lock.js';
 import { Semaphore } from '../lifecycle/semaphore.js';
@@ -40,15 +41,18 @@ const isActive = (s: DomainRunState | undefined) => s !== undefined && s !== 'sh
  */
 export class Sweeper {
   private readonly tracked = new Set<string>();
-  private readonly timers = new Map<string, TimerHandle>();
+  private readonly timers: KeyedTimers;
+  private readonly periodicSweep: PeriodicTask;
   private readonly backoff = new Backoff();
   private readonly limiter: Semaphore;
-  private sweepTimer: TimerHandle | undefined;
   private running = false;
   private lastSweep: { at: number; stats: SweepStats } | undefined;
 
   constructor(private readonly o: SweeperOptions) {
     this.limiter = new Semaphore(o.concurrency ?? 16);
+    this.timers = new KeyedTimers(o.clock);
+    this.periodicSweep = new PeriodicTask(o.clock, o.sweepIntervalMs, () => this.sweepOnce(),
+      (err) => o.logger.error(`sweep failed: ${describeError(err)}`));
     const track = (r: MachineRecord) => (isShuttingDown(r) ? this.tracked.add(r.name) : this.untrack(r.name));
     o.records.emitter.on('machineAdded', track);
     o.records.emitter.on('machineChanged', track);
@@ -66,14 +70,13 @@ export class Sweeper {
   start(): void {
     for (const r of this.o.records.list()) if (isShuttingDown(r)) this.tracked.add(r.name);
     this.running = true;
-    this.scheduleSweep();
+    this.periodicSweep.start();
   }
 
   stop(): void {
     this.running = false;
-    this.sweepTimer?.cancel();
-    for (const t of this.timers.values()) t.cancel();
-    this.timers.clear();
+    this.periodicSweep.stop();
+    this.timers.cancelAll();
   }
 
   kick(name: string): Promise<void> {
@@ -113,8 +116,7 @@ export class Sweeper {
 
   private untrack(name: string): void {
     this.tracked.delete(name);
-    this.timers.get(name)?.cancel();
-    this.timers.delete(name);
+    this.timers.cancel(name);
   }
 
   private async step(name: string): Promise<void> {
@@ -218,20 +220,6 @@ export class Sweeper {
 
   private schedule(name: string, at: number): void {
     if (!this.running) return;
-    this.timers.get(name)?.cancel();
-    const delay = Math.max(0, at - this.o.clock.now());
-    this.timers.set(name, this.o.clock.setTimer(delay, () => {
-      this.timers.delete(name);
-      void this.sweepMachine(name);
-    }));
-  }
-
-  private scheduleSweep(): void {
-    this.sweepTimer = this.o.clock.setTimer(this.o.sweepIntervalMs, () => {
-      if (!this.running) return;
-      void this.sweepOnce()
-        .catch((err) => this.o.logger.error(`sweep failed: ${describeError(err)}`))
-        .finally(() => this.running && this.scheduleSweep());
-    });
+    this.timers.set(name, at - this.o.clock.now(), () => void this.sweepMachine(name));
   }
 }
