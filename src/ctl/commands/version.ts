@@ -1,0 +1,32 @@
+import type { Command } from '../command.js';
+import { toCtlError } from '../errors.js';
+import { CTL_VERSION } from '../version.js';
+
+export const versionCommand: Command = {
+  name: 'version',
+  summary: 'show the versions of vmkeeperctl and of the running vmkeeperd',
+  usage: '',
+  description: "Prints vmkeeperctl's version, then the agent's Version property and its state.",
+  options: [],
+  args: { min: 0, max: 0 },
+  async run(ctx) {
+    if (!ctx.json) ctx.io.out(`vmkeeperctl ${CTL_VERSION}\n`);
+    let agent;
+    try {
+      agent = await (await ctx.client()).managerInfo();
+    } catch (err) {
+      // The client's version is still useful when the agent cannot be reached.
+      if (ctx.json) ctx.io.out(`${JSON.stringify({ client: CTL_VERSION, agent: null }, null, 2)}\n`);
+      throw toCtlError(err);
+    }
+    if (ctx.json) {
+      ctx.io.out(
+        `${JSON.stringify({ client: CTL_VERSION, agent: { version: agent.version, state: agent.state, libvirtUri: agent.libvirtUri, libvirtConnected: agent.libvirtConnected } }, null, 2)}\n`,
+      );
+    } else {
+      const libvirt = `libvirt ${agent.libvirtUri} ${agent.libvirtConnected ? 'connected' : 'disconnected'}`;
+      ctx.io.out(`vmkeeperd ${agent.version} (${agent.state}, ${libvirt})\n`);
+    }
+    return 0;
+  },
+};

@@ -1,0 +1,72 @@
+// What the CLI knows about the agent, in plain values (times in ms since the epoch, 0 = not set).
+
+export interface MachineInfo {
+  name: string;
+  path: string;
+  uuid: string;
+  domainName: string;
+  state: string;
+  power: string;
+  createdAt: number;
+  deletionTimestamp: number;
+  shutdownRequestedAt: number;
+  forceStopAt: number;
+  gracePeriodSec: number;
+  annotations: Record<string, string>;
+  spec: string;
+  resourceVersion: number;
+}
+
+export interface AgentEvent {
+  timestamp: number;
+  machine: string;
+  type: string;
+  reason: string;
+  message: string;
+}
+
+export interface ManagerInfo {
+  version: string;
+  state: string;
+  libvirtUri: string;
+  libvirtConnected: boolean;
+  defaultGracePeriodSec: number;
+  sweepIntervalSec: number;
+  shutdownRetryIntervalSec: number;
+  hostShutdownTimeoutSec: number;
+}
+
+/** Signals the CLI follows, already decoded. */
+export type AgentSignal =
+  | { kind: 'event'; event: AgentEvent }
+  | { kind: 'machine-new'; name: string; path: string }
+  | { kind: 'machine-removed'; name: string; path: string }
+  | { kind: 'machine-changed'; path: string; changed: Partial<MachineInfo> }
+  /** org.vmkeeper1 lost its owner: the agent exited. */
+  | { kind: 'agent-gone' }
+  /** Our own bus connection broke. */
+  | { kind: 'disconnected'; reason: string };
+
+export interface Subscription {
+  close(): void;
+}
+
+/** The agent's D-Bus API as the commands use it; the real one is DBusClient, tests pass a fake. */
+export interface VmkeeperClient {
+  /** Every machine with all its properties, sorted by name. */
+  listMachines(): Promise<MachineInfo[]>;
+  /** GetMachine + the machine's properties. */
+  machine(name: string): Promise<MachineInfo>;
+  /** DescribeMachine: the record as JSON text. */
+  describeMachine(name: string): Promise<string>;
+  createMachine(name: string, specJson: string): Promise<string>;
+  /** graceSec undefined = DeleteMachine (the machine's own grace). */
+  deleteMachine(name: string, graceSec?: number): Promise<void>;
+  setMachinePower(name: string, power: 'on' | 'off'): Promise<void>;
+  setMachineAnnotations(name: string, annotations: Record<string, string>): Promise<void>;
+  listEvents(): Promise<AgentEvent[]>;
+  managerInfo(): Promise<ManagerInfo>;
+  /** Starts delivering signals; resolves once the bus has the match rules (so nothing is missed). */
+  subscribe(listener: (signal: AgentSignal) => void): Promise<Subscription>;
+  close(): void;
+}
