@@ -43,7 +43,7 @@ export function fromDBusError(name: string, text: string): CtlError {
       return new CtlError(`invalid name: ${line}`, ExitCode.InvalidInput);
     case `${VMKEEPER}InvalidSpec`:
       return new CtlError(`invalid spec: ${line}`, ExitCode.InvalidInput);
-    case `${VMKEEPER}InvalidArgument`:
+    case `${FDO}InvalidArgs`:
       return new CtlError(`invalid argument: ${line}`, ExitCode.InvalidInput);
     case `${VMKEEPER}MachineExists`:
     case `${VMKEEPER}MachineTerminating`:
@@ -53,7 +53,7 @@ export function fromDBusError(name: string, text: string): CtlError {
       return new CtlError(`hypervisor unavailable: ${line}`, ExitCode.Failure);
     case `${VMKEEPER}StorageFailure`:
       return new CtlError(`storage failure (nothing was changed): ${line}`, ExitCode.Failure);
-    case `${VMKEEPER}NotSupported`:
+    case `${FDO}NotSupported`:
     case `${FDO}UnknownMethod`:
       return new CtlError(`not supported by this vmkeeperd: ${line}`, ExitCode.Failure);
     case `${FDO}AccessDenied`:

@@ -25,6 +25,9 @@ export class AgentError extends Error {
   }
 
   get dbusName(): string {
+    // Kinds outside the contract's list use the standard freedesktop names callers already know.
+    if (this.kind === 'InvalidArgument') return 'org.freedesktop.DBus.Error.InvalidArgs';
+    if (this.kind === 'NotSupported') return 'org.freedesktop.DBus.Error.NotSupported';
     return ERROR_PREFIX + this.kind;
   }
 }

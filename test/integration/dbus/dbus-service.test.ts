@@ -215,7 +215,7 @@ describe('DBusService on a private session-like bus', () => {
   it('maps errors the api throws, including NotSupported, on both interfaces', async () => {
     h.api.failNext('setPower', new AgentError('NotSupported', 'power control is not implemented yet'));
     const outcome = await dbusSend(h.daemon.address, '/org/vmkeeper1/machine/app', `${MACHINE}.SetPower`, ['string:off']);
-    expect(outcome).toMatchObject({ errorName: 'org.vmkeeper1.Error.NotSupported', message: 'power control is not implemented yet' });
+    expect(outcome).toMatchObject({ errorName: 'org.freedesktop.DBus.Error.NotSupported', message: 'power control is not implemented yet' });
     h.api.failNext('get', new AgentError('HypervisorUnavailable', 'libvirt is down'));
     const described = await dbusSend(h.daemon.address, '/org/vmkeeper1/machine/app', `${MACHINE}.Describe`);
     expect(described.errorName).toBe('org.vmkeeper1.Error.HypervisorUnavailable');

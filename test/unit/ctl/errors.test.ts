@@ -11,7 +11,7 @@ describe('D-Bus error names -> exit codes and one line', () => {
     ['org.vmkeeper1.Error.NoSuchMachine', 'no machine named "x"', 3, 'no machine named "x"'],
     ['org.vmkeeper1.Error.InvalidName', 'bad', 4, 'invalid name: bad'],
     ['org.vmkeeper1.Error.InvalidSpec', 'spec field "cpus": must be an integer', 4, 'invalid spec: spec field "cpus": must be an integer'],
-    ['org.vmkeeper1.Error.InvalidArgument', 'grace period must be 0..x', 4, 'invalid argument: grace period must be 0..x'],
+    ['org.freedesktop.DBus.Error.InvalidArgs', 'grace period must be 0..x', 4, 'invalid argument: grace period must be 0..x'],
     ['org.freedesktop.DBus.Error.AccessDenied', 'Rejected send message, 3 matched rules; type="method_call"...', 5, 'access denied: changing machines needs root or membership in the vmkeeper group'],
     ['org.freedesktop.DBus.Error.ServiceUnknown', 'The name org.vmkeeper1 was not provided by any .service files', 6, 'vmkeeperd is not running (nobody owns org.vmkeeper1 on this bus)'],
     ['org.freedesktop.DBus.Error.NameHasNoOwner', 'x', 6, 'vmkeeperd is not running (nobody owns org.vmkeeper1 on this bus)'],

@@ -12,8 +12,6 @@ const kinds: AgentErrorKind[] = [
   'ShuttingDown',
   'HypervisorUnavailable',
   'StorageFailure',
-  'NotSupported',
-  'InvalidArgument',
 ];
 
 describe('toDBusError', () => {
@@ -22,6 +20,13 @@ describe('toDBusError', () => {
     expect(mapped).toBeInstanceOf(DBusError);
     expect(mapped.type).toBe(`org.vmkeeper1.Error.${kind}`);
     expect(mapped.text).toBe(`something about ${kind}`);
+  });
+
+  it.each<[AgentErrorKind, string]>([
+    ['InvalidArgument', 'org.freedesktop.DBus.Error.InvalidArgs'],
+    ['NotSupported', 'org.freedesktop.DBus.Error.NotSupported'],
+  ])('maps AgentError(%s), outside the contract, to the standard %s', (kind, name) => {
+    expect(toDBusError(new AgentError(kind, 'x')).type).toBe(name);
   });
 
   it.each([
