@@ -113,6 +113,28 @@ export class Agent {
     this.service.setAgentState(this.observer.isConnected ? 'running' : 'degraded');
   }
 
+  /** The hypervisor the agent drives (the host-shutdown coordinator uses the same connection). */
+  get hypervisor(): Hypervisor {
+    return this.parts.hypervisor;
+  }
+
+  /**
+   * A host shutdown (or a stop that shuts the guests down) begins: the reconciler stops, so guests
+   * that go off are not started again. No record changes: power stays "on", and after the reboot
+   * the reconciler starts them. New machines are refused (ShuttingDown) from here on.
+   */
+  enterShutdown(state: 'host-shutdown' | 'stopping'): void {
+    this.service.setAgentState(state);
+    this.reconciler.stop();
+  }
+
+  /** The host shutdown was called off (logind PrepareForShutdown false): reconcile again. */
+  leaveShutdown(): void {
+    this.service.setAgentState(this.observer.isConnected ? 'running' : 'degraded');
+    this.reconciler.start();
+    void this.reconciler.resyncAll();
+  }
+
   /** Stops the control loops; guests keep running (a restart of the agent must not touch them). */
   async stop(): Promise<void> {
     this.service.setAgentState('stopping');

@@ -1,6 +1,7 @@
 // The composition root: the one place that constructs the agent's real parts and wires them.
 import { Agent } from './agent.js';
 import type { Config } from './config/config.js';
+import type { MessageBus } from 'dbus-next';
 import { connectBus } from './dbus/bus-address.js';
 import { DBusService } from './dbus/dbus-service.js';
 import { QemuImgDiskProvisioner } from './hypervisor/disk-provisioner.js';
@@ -13,6 +14,8 @@ import { FileMachineStore } from './store/file-store.js';
 export interface RunningDaemon {
   agent: Agent;
   dbus: DBusService;
+  /** The agent's bus connection (the watchdog calls itself over it). */
+  bus: MessageBus;
   stop(): Promise<void>;
 }
 
@@ -40,6 +43,7 @@ export async function startDaemon(config: Config, logger: Logger): Promise<Runni
   return {
     agent,
     dbus,
+    bus,
     async stop() {
       await agent.stop();
       await dbus.stop();

@@ -156,6 +156,12 @@ export class MachineService implements MachineApi {
     this.o.records.emitter.emit('infoChanged', this.info());
   }
 
+  /** A config reload changed a value the Manager shows (e.g. HostShutdownTimeoutSec). */
+  updateInfo(patch: Partial<Pick<ManagerInfo, 'hostShutdownTimeoutSec'>>): void {
+    Object.assign(this.o.info, patch);
+    this.o.records.emitter.emit('infoChanged', this.info());
+  }
+
   setLibvirtConnected(connected: boolean): void {
     if (connected === this.libvirtConnected) return;
     this.libvirtConnected = connected;

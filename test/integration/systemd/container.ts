@@ -1,0 +1,157 @@
+/**
+ * vmkeeperd under real systemd: a booted Debian 12 container (test/support/nspawn.ts) with
+ * libvirt + qemu inside and the agent installed from this tree (dist/ + node_modules/, bound
+ * read-only at /opt/vmkeeper, the host's Node 20 at /usr/local/bin/node). The unit file, tmpfiles
+ * entry and D-Bus policy are the real ones from systemd/ and config/; a drop-in only shortens the
+ * watchdog and enables the test-only wedge trigger.
+ */
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import { bootContainer, ensureDebianRoot, NSPAWN_CACHE_DIR, type BootedContainer, type ExecResult } from '../../support/nspawn.js';
+import { ensureGuestImages, GUEST_CACHE_DIR, READY_LINE, REPO_ROOT, waitForSerialLine } from '../../support/guest-images.js';
+import { waitFor } from '../../support/wait.js';
+
+export const SYSTEMD_TEST_PACKAGES = ['libvirt-clients', 'libvirt-daemon-driver-qemu', 'libvirt-daemon-system', 'qemu-system-x86', 'qemu-utils'];
+export const IMAGES = '/srv/guest-images';
+export const isRoot = process.getuid?.() === 0;
+
+export interface AgentContainerOptions {
+  name: string;
+  hostShutdownTimeoutSec?: number;
+  watchdogSec?: number;
+  /** Extra [Service] lines for the test drop-in. */
+  serviceExtra?: string[];
+}
+
+export interface AgentContainer {
+  c: BootedContainer;
+  sh(script: string, timeoutMs?: number): Promise<ExecResult>;
+  busctl(args: string[]): Promise<ExecResult>;
+  managerState(): Promise<string>;
+  mainPid(): Promise<number>;
+  createGuest(name: string, mode: 'acpi' | 'ignore'): Promise<void>;
+  waitGuestReady(name: string, mode: 'acpi' | 'ignore', timeoutMs?: number): Promise<void>;
+  domState(name: string): Promise<string>;
+  qemuPid(name: string): Promise<number>;
+  stop(): Promise<void>;
+}
+
+export async function buildTree(): Promise<void> {
+  await fs.access(path.join(REPO_ROOT, 'dist', 'main.js')).catch(() => {
+    throw new Error('dist/main.js missing: run `npm run build` first');
+  });
+}
+
+function configYaml(o: AgentContainerOptions): string {
+  return [
+    'bus: system',
+    'libvirt:',
+    '  uri: qemu:///system',
+    '  callTimeoutSec: 10',
+    'imageDirectories:',
+    `  - ${IMAGES}`,
+    'defaultDomainType: qemu',
+    'machines:',
+    '  sweepIntervalSec: 2',
+    '  shutdownRetryIntervalSec: 3',
+    '  pollIntervalMs: 500',
+    'hostShutdown:',
+    '  action: shutdown',
+    `  timeoutSec: ${o.hostShutdownTimeoutSec ?? 15}`,
+    '  parallelism: 8',
+    '  onServiceStop: leave',
+    'log:',
+    '  level: debug',
+    '',
+  ].join('\n');
+}
+
+export async function bootAgentContainer(o: AgentContainerOptions): Promise<AgentContainer> {
+  await buildTree();
+  await ensureGuestImages();
+  const baseRoot = await ensureDebianRoot({ extraPackages: SYSTEMD_TEST_PACKAGES });
+  const read = (p: string) => fs.readFile(path.join(REPO_ROOT, p), 'utf8');
+  // libvirt's qemu capability probe (~7 s) is cached across boots of the same base root.
+  const libvirtCache = path.join(NSPAWN_CACHE_DIR, 'libvirt-cache');
+  await fs.mkdir(libvirtCache, { recursive: true });
+  const c = await bootContainer({
+    baseRoot,
+    name: o.name,
+    // Only the built tree: binding the whole repo would show the container its own root (under
+    // .cache/nspawn/run) and give its shutdown thousands of mounts to unwind.
+    bindRo: [
+      '/usr/bin/node:/usr/local/bin/node',
+      `${REPO_ROOT}/dist:/opt/vmkeeper/dist`,
+      `${REPO_ROOT}/node_modules:/opt/vmkeeper/node_modules`,
+      `${GUEST_CACHE_DIR}:${IMAGES}`,
+    ],
+    bind: [`${libvirtCache}:/var/cache/libvirt`],
+    files: {
+      '/opt/vmkeeper/package.json': await read('package.json'),
+      '/usr/bin/vmkeeperd': { content: '#!/bin/sh\nexec /usr/local/bin/node /opt/vmkeeper/dist/main.js "$@"\n', mode: 0o755 },
+      '/etc/systemd/system/vmkeeperd.service': await read('systemd/vmkeeperd.service'),
+      '/etc/systemd/system/vmkeeperd.service.d/test.conf': [
+        '[Service]',
+        `WatchdogSec=${o.watchdogSec ?? 6}s`,
+        'Environment=VMKEEPER_TEST_WEDGE=1',
+        ...(o.serviceExtra ?? []),
+        '',
+      ].join('\n'),
+      '/usr/lib/tmpfiles.d/vmkeeperd.conf': await read('systemd/vmkeeperd.tmpfiles'),
+      '/etc/dbus-1/system.d/org.vmkeeper1.conf': await read('config/org.vmkeeper1.conf'),
+      '/etc/vmkeeper/config.yaml': configYaml(o),
+      // Containers have no cgroup controllers to delegate to libvirt.
+      '/etc/libvirt/qemu.conf': 'cgroup_controllers = [ ]\n',
+    },
+  });
+  try {
+    await c.waitForSystemRunning(60_000);
+    const tmp = await c.exec(['systemd-tmpfiles', '--create', '/usr/lib/tmpfiles.d/vmkeeperd.conf']);
+    if (tmp.code !== 0) throw new Error(`systemd-tmpfiles: ${tmp.stderr}`);
+    await c.exec(['systemctl', 'daemon-reload']);
+  } catch (err) {
+    await c.stop();
+    throw err;
+  }
+  const sh = (script: string, timeoutMs = 60_000) => c.exec(['/bin/sh', '-c', script], { timeoutMs });
+  const busctl = (args: string[]) => c.exec(['busctl', '--system', ...args], { timeoutMs: 20_000 });
+  const ac: AgentContainer = {
+    c,
+    sh,
+    busctl,
+    async managerState() {
+      const r = await busctl(['get-property', 'org.vmkeeper1', '/org/vmkeeper1', 'org.vmkeeper1.Manager', 'State']);
+      return r.code === 0 ? JSON.parse(r.stdout.trim().replace(/^s /, '')) as string : `error: ${r.stderr.trim()}`;
+    },
+    async mainPid() {
+      const r = await c.exec(['systemctl', 'show', '-P', 'MainPID', 'vmkeeperd']);
+      return Number(r.stdout.trim());
+    },
+    async createGuest(name, mode) {
+      const spec = {
+        cpus: 1,
+        memoryMiB: 96,
+        domainType: 'qemu',
+        boot: { kernel: `${IMAGES}/vmlinuz`, initrd: `${IMAGES}/initrd-${mode}.img`, cmdline: 'console=ttyS0' },
+        gracePeriodSec: 30,
+      };
+      const r = await busctl(['call', 'org.vmkeeper1', '/org/vmkeeper1', 'org.vmkeeper1.Manager', 'CreateMachine', 'ss', name, JSON.stringify(spec)]);
+      if (r.code !== 0) throw new Error(`CreateMachine ${name}: ${r.stderr}`);
+    },
+    async waitGuestReady(name, mode, timeoutMs = 90_000) {
+      const log = path.join(c.root, 'var/lib/vmkeeper/guests', name, 'serial.log');
+      await waitFor(() => fs.access(log).then(() => true, () => false), { timeoutMs: 30_000, intervalMs: 200, what: `${log} to appear` });
+      await waitForSerialLine(log, READY_LINE(mode), timeoutMs);
+    },
+    async domState(name) {
+      const r = await c.exec(['virsh', '-q', '-c', 'qemu:///system', 'domstate', `vmkeeper-${name}`]);
+      return r.code === 0 ? r.stdout.trim() : `error: ${r.stderr.trim()}`;
+    },
+    async qemuPid(name) {
+      const r = await c.exec(['cat', `/run/libvirt/qemu/vmkeeper-${name}.pid`]);
+      return Number(r.stdout.trim()) || 0;
+    },
+    stop: () => c.stop(),
+  };
+  return ac;
+}

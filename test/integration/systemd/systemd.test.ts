@@ -1,0 +1,160 @@
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { waitFor } from '../../support/wait.js';
+import { bootAgentContainer, isRoot, type AgentContainer } from './container.js';
+
+// vmkeeperd under real systemd (nspawn-booted Debian 12, libvirt + TCG qemu inside). Root only.
+// Warm cache: ~2 s per boot; the guest test boots two real guests (~10 s under TCG).
+
+let a: AgentContainer | undefined;
+afterEach(async () => {
+  await a?.stop();
+  a = undefined;
+});
+
+const show = async (prop: string) => (await a!.c.exec(['systemctl', 'show', '-P', prop, 'vmkeeperd'])).stdout.trim();
+const lineIndex = (journal: string, re: RegExp) => journal.split('\n').findIndex((l) => re.test(l));
+
+/** Our tests own the guests: libvirt-guests must not act on them too (see docs/operations.md). */
+async function maskLibvirtGuests(x: AgentContainer) {
+  await x.c.exec(['systemctl', 'stop', 'libvirt-guests']);
+  await x.c.exec(['systemctl', 'mask', 'libvirt-guests']);
+}
+
+describe.skipIf(!isRoot)('vmkeeperd under systemd', () => {
+  it('systemctl start returns only after READY: store loaded, libvirt connected, bus name owned', async () => {
+    a = await bootAgentContainer({ name: 'vmk-ready' });
+    const r = await a.c.exec(['systemctl', 'start', 'vmkeeperd'], { timeoutMs: 60_000 });
+    expect(r.code).toBe(0);
+    // No waiting: by the time start returns, everything READY promised is true.
+    expect(await show('ActiveState')).toBe('active');
+    expect(await show('Type')).toBe('notify');
+    expect(await a.managerState()).toBe('running');
+    expect(await show('StatusText')).toMatch(/^running: 0 machines, 0 running, 0 deleting, 0 powering off; last sweep/);
+    const j = await a.c.journal('vmkeeperd');
+    const started = lineIndex(j, /Started vmkeeperd\.service/);
+    expect(started).toBeGreaterThan(0);
+    for (const before of [/loaded 0 machine records/, /connected to libvirt/, /D-Bus name acquired/, /holding a logind shutdown delay lock \(D-Bus fd\)/]) {
+      const i = lineIndex(j, before);
+      expect(i, `${before} before Started`).toBeGreaterThanOrEqual(0);
+      expect(i).toBeLessThan(started);
+    }
+  }, 60000);
+
+  it('without libvirtd it is ready and degraded, and the watchdog keeps it alive', async () => {
+    a = await bootAgentContainer({ name: 'vmk-degraded', watchdogSec: 4 });
+    await a.c.exec(['systemctl', 'mask', '--now', 'libvirtd.service', 'libvirtd.socket', 'libvirtd-ro.socket', 'libvirtd-admin.socket']);
+    const r = await a.c.exec(['systemctl', 'start', 'vmkeeperd'], { timeoutMs: 60_000 });
+    expect(r.code).toBe(0);
+    expect(await a.managerState()).toBe('degraded');
+    expect(await show('StatusText')).toMatch(/^degraded \(libvirt unreachable, retrying\)/);
+    const pid = await a.mainPid();
+    // Watch it for three watchdog periods with libvirt down: same process throughout, never restarted.
+    const until = Date.now() + 12_000;
+    while (Date.now() < until) {
+      expect(await a.mainPid()).toBe(pid);
+      expect(await show('ActiveState')).toBe('active');
+      await new Promise((r) => setTimeout(r, 500));
+    }
+    expect(await show('NRestarts')).toBe('0');
+    expect(await show('ActiveState')).toBe('active');
+    expect(await a.c.journal('vmkeeperd')).not.toMatch(/watchdog: not pinging/);
+  }, 60000);
+
+  it('a wedged agent (test-only trigger) is killed by the watchdog and restarted', async () => {
+    a = await bootAgentContainer({ name: 'vmk-wedge', watchdogSec: 4 });
+    await a.c.exec(['systemctl', 'start', 'vmkeeperd'], { timeoutMs: 60_000 });
+    const pid = await a.mainPid();
+    expect(pid).toBeGreaterThan(0);
+    const wedgedAt = Date.now();
+    await a.c.exec(['systemctl', 'kill', '-s', 'SIGUSR2', 'vmkeeperd']);
+    await waitFor(async () => (await show('NRestarts')) === '1' && (await show('ActiveState')) === 'active', {
+      timeoutMs: 30_000, intervalMs: 250, what: 'a watchdog restart',
+    });
+    const took = Date.now() - wedgedAt;
+    expect(await a.mainPid()).not.toBe(pid);
+    expect(await a.managerState()).toBe('running');
+    const j = await a.c.journal('vmkeeperd');
+    expect(j).toMatch(/TEST WEDGE: SIGUSR2 received/);
+    expect(j).toMatch(/vmkeeperd\.service: Watchdog timeout/);
+    expect(took).toBeGreaterThan(3000); // not before WatchdogSec=4s
+  }, 60000);
+
+  it('SIGHUP reloads runtime keys and rejects a broken file without changing anything', async () => {
+    a = await bootAgentContainer({ name: 'vmk-reload' });
+    await a.c.exec(['systemctl', 'start', 'vmkeeperd'], { timeoutMs: 60_000 });
+    const timeout = async () => (await a!.busctl(['get-property', 'org.vmkeeper1', '/org/vmkeeper1', 'org.vmkeeper1.Manager', 'HostShutdownTimeoutSec'])).stdout.trim();
+    expect(await timeout()).toBe('u 15');
+    const pid = await a.mainPid();
+    const cfg = '/etc/vmkeeper/config.yaml';
+    await a.sh(`sed -i 's/timeoutSec: 15/timeoutSec: 25/; s/sweepIntervalSec: 2/sweepIntervalSec: 3/' ${cfg}`);
+    expect((await a.c.exec(['systemctl', 'reload', 'vmkeeperd'])).code).toBe(0);
+    await waitFor(async () => (await timeout()) === 'u 25', { timeoutMs: 5000, what: 'HostShutdownTimeoutSec 25' });
+    await a.sh(`echo 'hostShutdown: {timeoutSec: -3}' > ${cfg}`);
+    expect((await a.c.exec(['systemctl', 'reload', 'vmkeeperd'])).code).toBe(0);
+    await waitFor(async () => /configuration reload rejected/.test(await a!.c.journal('vmkeeperd')), { timeoutMs: 5000, what: 'the rejection' });
+    expect(await timeout()).toBe('u 25');
+    expect(await a.mainPid()).toBe(pid);
+    expect(await show('ActiveState')).toBe('active');
+    const j = await a.c.journal('vmkeeperd');
+    expect(j).toMatch(/configuration reloaded: applied hostShutdown\.timeoutSec/);
+    expect(j).toMatch(/only applied by a restart .*machines\.sweepIntervalSec/);
+    expect(j).toMatch(/Reloaded vmkeeperd\.service/);
+  }, 60000);
+
+  it('restart leaves guests running; poweroff shuts the obeying guest down and destroys the ignoring one at the timeout', async () => {
+    a = await bootAgentContainer({ name: 'vmk-guests', hostShutdownTimeoutSec: 15 });
+    await maskLibvirtGuests(a);
+    await a.c.exec(['systemctl', 'start', 'vmkeeperd'], { timeoutMs: 60_000 });
+    await a.createGuest('obey', 'acpi');
+    await a.createGuest('ignore', 'ignore');
+    await Promise.all([a.waitGuestReady('obey', 'acpi'), a.waitGuestReady('ignore', 'ignore')]);
+    const pids = [await a.qemuPid('obey'), await a.qemuPid('ignore')];
+    expect(pids.every((p) => p > 0)).toBe(true);
+
+    // A restart of the agent leaves both guests alone and adopts them again.
+    expect((await a.c.exec(['systemctl', 'restart', 'vmkeeperd'], { timeoutMs: 60_000 })).code).toBe(0);
+    expect([await a.qemuPid('obey'), await a.qemuPid('ignore')]).toEqual(pids);
+    expect(await a.domState('obey')).toBe('running');
+    expect(await a.domState('ignore')).toBe('running');
+    expect(await a.managerState()).toBe('running');
+    const afterRestart = await a.c.journal('vmkeeperd');
+    expect(afterRestart).toMatch(/service stop: the system is running: only the service stops; guests: left running/);
+
+    // Host shutdown.
+    const t0 = Date.now();
+    await a.c.poweroff(120_000);
+    const tookMs = Date.now() - t0;
+    const j = await a.c.journal();
+    const order = [
+      /logind: the host is shutting down \(PrepareForShutdown\): starting guest shutdowns now/,
+      /host shutdown: 2 running guests get an ACPI shutdown; destroy at 15s/,
+      /host shutdown: vmkeeper-obey shut down cleanly after/,
+      /SIGTERM received: stopping/,
+      /host shutdown: systemd reports the system as stopping; guests: shut down/,
+      /host shutdown: timeout of 15s reached: destroying 1 guests/,
+      /host shutdown: vmkeeper-ignore destroyed \(ignored \d+ ACPI requests/,
+      /host shutdown done in .*: 1 shut down cleanly, 1 destroyed, 0 left running/,
+      /released the logind shutdown delay lock/,
+      /Stopped vmkeeperd\.service/,
+      /Stopping libvirtd\.service/,
+    ];
+    let last = -1;
+    for (const re of order) {
+      const i = j.split('\n').findIndex((l, n) => n > last && re.test(l));
+      expect(i, `journal line ${re} after line ${last}:\n${j.split('\n').filter((l) => /vmkeeperd|libvirtd/.test(l)).slice(-40).join('\n')}`).toBeGreaterThan(last);
+      last = i;
+    }
+    expect(j).toMatch(/ACPI shutdown sent again to vmkeeper-ignore/);
+    expect(j).not.toMatch(/vmkeeperd\.service: (State 'stop-sigterm' timed out|Killing process|Failed)/);
+    expect(tookMs).toBeLessThan(60_000);
+    // No record was changed: power stays on, so the reconciler starts them after the reboot.
+    for (const name of ['obey', 'ignore']) {
+      const rec = JSON.parse(await fs.readFile(path.join(a.c.root, 'var/lib/vmkeeper/machines', `${name}.json`), 'utf8'));
+      expect(rec.spec.power).toBe('on');
+      expect(rec.deletionTimestamp).toBe(0);
+      expect(rec.status.forceStopAt).toBe(0);
+    }
+  }, 240000);
+});
