@@ -6,6 +6,7 @@ import { loadConfig } from './config/load-config.js';
 import { startDaemon, type RunningDaemon } from './daemon.js';
 import { describeError } from './machine/errors.js';
 import { createLogger } from './logging/winston-logger.js';
+import { onBusLost } from './dbus/bus-address.js';
 import { BUS_NAME } from './dbus/dbus-service.js';
 import { HostShutdownHandler } from './hostshutdown/host-shutdown-handler.js';
 import { SystemBusHostPlatform } from './hostshutdown/host-platform.js';
@@ -118,7 +119,7 @@ async function main(): Promise<number> {
 
   return new Promise<number>((resolve) => {
     let stopping = false;
-    const stop = (signal: string) => {
+    const stop = (signal: string, exitCode = 0) => {
       if (stopping) return;
       stopping = true;
       logger.info(`${signal} received: stopping`);
@@ -136,7 +137,7 @@ async function main(): Promise<number> {
           : 'stopped: guests left running');
       };
       finish().then(
-        () => resolve(0),
+        () => resolve(exitCode),
         (err) => {
           logger.error(`stop failed: ${describeError(err)}`);
           hostShutdown.close();
@@ -145,6 +146,13 @@ async function main(): Promise<number> {
       );
     };
     process.on('SIGTERM', () => stop('SIGTERM'));
+    // Without its bus the agent is deaf: exit non-zero so systemd (Restart=on-failure) starts a
+    // fresh one that owns the name on the new bus. Guests keep running, as on any restart.
+    onBusLost(daemon.bus, (reason) => {
+      if (stopping) return;
+      logger.error(`lost the D-Bus connection (${reason}): exiting so the service manager restarts vmkeeperd`);
+      stop('bus connection lost', EXIT_FAILURE);
+    });
     process.on('SIGINT', () => stop('SIGINT'));
   }).finally(() => sink.close());
 }

@@ -1,5 +1,5 @@
 import { Message, MessageType, type MessageBus } from 'dbus-next';
-import { connectBus } from '../dbus/bus-address.js';
+import { connectBus, onBusLost } from '../dbus/bus-address.js';
 import { eventFromTuple, machineFromProperties, managerFromProperties, partialMachine } from './dbus-values.js';
 import { CtlError, ExitCode, firstLine } from './errors.js';
 import type { AgentEvent, AgentSignal, MachineInfo, ManagerInfo, Subscription, VmkeeperClient } from './model.js';
@@ -26,8 +26,7 @@ export class DBusClient implements VmkeeperClient {
     bus.on('message', (msg: Message) => this.onMessage(msg));
     // A broken connection must become a clean report, never an unhandled 'error' event.
     bus.on('error', (err: unknown) => this.lost(err instanceof Error ? err.message : String(err)));
-    const connection = (bus as unknown as { _connection?: { on?: (e: string, f: () => void) => void } })._connection;
-    connection?.on?.('end', () => this.lost('the bus closed the connection'));
+    onBusLost(bus, (reason) => this.lost(reason));
   }
 
   static async connect(address: string): Promise<DBusClient> {

@@ -7,7 +7,8 @@ export type DomainRunState = 'running' | 'paused' | 'shutoff' | 'crashed' | 'oth
 export interface DomainSummary {
   /** Libvirt domain name. */
   name: string;
-  uuid: string;
+  /** Not every listing reports it (the libvirt adapter's cheap one does not). */
+  uuid?: string;
   state: DomainRunState;
 }
 

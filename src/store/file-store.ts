@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import { AgentError, describeError } from '../machine/errors.js';
 import { validateMachineName } from '../machine/names.js';
-import { type MachineRecord, cloneRecord } from '../machine/record.js';
+import { type MachineRecord, cloneRecord, freezeRecord } from '../machine/record.js';
 import type { Logger } from '../logging/logger.js';
 import type { LoadResult, MachineStore, QuarantinedFile } from './port.js';
 import { parseStoredRecord } from './record-validation.js';
@@ -33,6 +33,8 @@ export class FileMachineStore implements MachineStore {
   private readonly now: () => number;
   private readonly loadConcurrency: number;
   private records = new Map<string, MachineRecord>();
+  /** Sorted view for list(), rebuilt only after a change. */
+  private sorted: MachineRecord[] | undefined;
   /** Tail of each record's write chain: operations on one name run one at a time. */
   private readonly chains = new Map<string, Promise<unknown>>();
 
@@ -74,17 +76,19 @@ export class FileMachineStore implements MachineStore {
       }
     };
     await Promise.all(Array.from({ length: Math.min(this.loadConcurrency, files.length) }, worker));
+    for (const r of records.values()) freezeRecord(r);
     this.records = records;
+    this.sorted = undefined;
     return { records: records.size, quarantined };
   }
 
   get(name: string): MachineRecord | undefined {
-    const r = this.records.get(name);
-    return r && cloneRecord(r);
+    return this.records.get(name);
   }
 
   list(): MachineRecord[] {
-    return [...this.records.keys()].sort().map((name) => cloneRecord(this.records.get(name)!));
+    this.sorted ??= [...this.records.keys()].sort().map((name) => this.records.get(name)!);
+    return this.sorted.slice();
   }
 
   /**
@@ -105,8 +109,9 @@ export class FileMachineStore implements MachineStore {
       // Never go backwards, even if the caller started from a stale copy.
       next.resourceVersion = Math.max(current?.resourceVersion ?? 0, record.resourceVersion) + 1;
       await this.writeAtomically(name, Buffer.from(`${JSON.stringify(next, null, 2)}\n`));
-      this.records.set(name, next);
-      return cloneRecord(next);
+      this.records.set(name, freezeRecord(next));
+      this.sorted = undefined;
+      return next;
     });
   }
 
@@ -122,6 +127,7 @@ export class FileMachineStore implements MachineStore {
       }
       await this.syncDir(`cannot remove ${file}`);
       this.records.delete(name);
+      this.sorted = undefined;
     });
   }
 

@@ -18,8 +18,9 @@ export interface LoadResult {
 export interface MachineStore {
   /** Reads every record from disk; corrupt or foreign files are moved aside, never fatal. */
   load(): Promise<LoadResult>;
+  /** The stored record, deep-frozen (shared, never copied): change a cloneRecord() of it. */
   get(name: string): MachineRecord | undefined;
-  /** All records, sorted by name. Copies: mutating them changes nothing. */
+  /** All records, sorted by name, deep-frozen like get(). */
   list(): MachineRecord[];
   /**
    * Writes the record with resourceVersion bumped by one and returns the stored copy.

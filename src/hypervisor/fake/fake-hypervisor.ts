@@ -132,7 +132,7 @@ export class FakeHypervisor implements Hypervisor {
     this.enter('listDomains');
     return [...this.domains.values()]
       .filter((d) => d.name.startsWith(DOMAIN_NAME_PREFIX))
-      .map((d) => ({ name: d.name, uuid: d.uuid, state: d.state }));
+      .map((d) => ({ name: d.name, state: d.state }));
   }
 
   async defineDomain(def: DomainDefinition): Promise<string> {

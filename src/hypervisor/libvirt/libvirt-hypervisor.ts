@@ -1,5 +1,6 @@
 import { ConnectListAllDomainsFlags, DomainState, Hypervisor as NativeHypervisor, type Domain } from '@unraid/libvirt';
 import type { Clock } from '../../lifecycle/clock.js';
+import { Semaphore } from '../../lifecycle/semaphore.js';
 import type { Logger } from '../../logging/logger.js';
 import { AgentError, describeError } from '../../machine/errors.js';
 import { DOMAIN_NAME_PREFIX } from '../../machine/names.js';
@@ -20,6 +21,11 @@ export interface LibvirtHypervisorOptions {
   callTimeoutMs: number;
   logger: Logger;
   clock: Clock;
+  /**
+   * Native calls in flight at once. Each holds a libuv pool thread until libvirtd answers, and a
+   * hung daemon never does: keep half the pool (UV_THREADPOOL_SIZE, default 4) for file I/O.
+   */
+  maxConcurrentCalls?: number;
 }
 
 const messageOf = (err: unknown): string => describeError(err);
@@ -35,12 +41,21 @@ export class LibvirtHypervisor implements Hypervisor {
   private native: NativeHypervisor | undefined;
   private opening: Promise<NativeHypervisor> | undefined;
   private closed = false;
+  /**
+   * Native calls that timed out but have not returned: each still holds a libuv pool thread,
+   * which file I/O needs too. While any is pending the daemon is hung, so fail fast instead of
+   * parking another thread on every poll (a frozen libvirtd would otherwise starve the store).
+   */
+  private stuck = 0;
+  private readonly slots: Semaphore;
+  private idNames = new Map<number, string>();
 
   constructor(opts: LibvirtHypervisorOptions) {
     this.uri = opts.uri;
     this.callTimeoutMs = opts.callTimeoutMs;
     this.logger = opts.logger;
     this.clock = opts.clock;
+    this.slots = new Semaphore(opts.maxConcurrentCalls ?? Math.max(1, Math.floor((Number(process.env.UV_THREADPOOL_SIZE) || 4) / 2)));
   }
 
   async connect(): Promise<void> {
@@ -66,27 +81,41 @@ export class LibvirtHypervisor implements Hypervisor {
   }
 
   async listDomains(): Promise<DomainSummary[]> {
-    // Three listings and no per-domain RPC: membership comes from one atomic "all" listing, the
-    // state from which other list a domain is in (getName/getUUIDString are local, no RPC).
-    const [all, active, paused] = await Promise.all([
-      this.call('connectListAllDomains', (n) => n.connectListAllDomains()),
-      this.call('connectListAllDomains(ACTIVE)', (n) => n.connectListAllDomains(ConnectListAllDomainsFlags.ACTIVE)),
+    // Three RPCs whatever the number of domains: active IDs, inactive names, and the (rare) paused
+    // domains. A name is fetched only for an ID seen for the first time, so a steady host of
+    // thousands of domains costs no per-domain call per poll.
+    const [ids, inactive, paused] = await Promise.all([
+      this.call('connectListDomains', (n) => n.connectListDomains()),
+      this.call('connectListDefinedDomains', (n) => n.connectListDefinedDomains()),
       this.call('connectListAllDomains(PAUSED)', (n) => n.connectListAllDomains(ConnectListAllDomainsFlags.PAUSED)),
     ]);
-    const [names, activeNames, pausedNames] = await Promise.all([
-      Promise.all(all.map((d) => this.call('getName', () => d.getName()))),
-      this.namesOf(active),
-      this.namesOf(paused),
-    ]);
-    const ours = await Promise.all(
-      all.flatMap((domain, i) => {
-        const name = names[i]!;
-        if (!name.startsWith(DOMAIN_NAME_PREFIX)) return [];
-        const state: DomainRunState = pausedNames.has(name) ? 'paused' : activeNames.has(name) ? 'running' : 'shutoff';
-        return [this.call('getUUIDString', () => domain.getUUIDString()).then((uuid) => ({ name, uuid, state }))];
-      }),
-    );
-    return ours;
+    const pausedNames = await this.namesOf(paused);
+    const activeNames = await this.namesOfIds(ids);
+    const summaries = new Map<string, DomainSummary>();
+    for (const name of inactive) summaries.set(name, { name, state: 'shutoff' });
+    for (const name of activeNames) summaries.set(name, { name, state: pausedNames.has(name) ? 'paused' : 'running' });
+    return [...summaries.values()].filter((d) => d.name.startsWith(DOMAIN_NAME_PREFIX));
+  }
+
+  /** Names of running domains by ID, cached: libvirt does not reuse an ID while the daemon runs. */
+  private async namesOfIds(ids: number[]): Promise<string[]> {
+    const known = new Map<number, string>();
+    await Promise.all(ids.map(async (id) => {
+      const name = this.idNames.get(id) ?? (await this.nameOfId(id));
+      if (name !== undefined) known.set(id, name);
+    }));
+    this.idNames = known;
+    return [...known.values()];
+  }
+
+  private async nameOfId(id: number): Promise<string | undefined> {
+    try {
+      const domain = await this.call(`domainLookupByID(${id})`, (n) => n.domainLookupByID(id));
+      return await this.call('getName', () => domain.getName());
+    } catch (err) {
+      if (isDomainNotFound(err)) return undefined; // it stopped between the listing and the lookup
+      throw err;
+    }
   }
 
   async defineDomain(def: DomainDefinition): Promise<string> {
@@ -169,29 +198,39 @@ export class LibvirtHypervisor implements Hypervisor {
   }
 
   private async open(): Promise<NativeHypervisor> {
+    this.refuseWhileStuck('connectOpen');
     // A fresh native object each time: the old one may be stuck inside a call that never returns.
     const native = new NativeHypervisor({ uri: this.uri });
-    const opened = native.connectOpen();
+    const opened = this.slots.run(() => native.connectOpen());
     try {
       await withCallTimeout(this.clock, this.callTimeoutMs, 'connectOpen', () => opened);
     } catch (err) {
+      if (err instanceof CallTimeoutError) this.park(opened);
       // An open that succeeds after we gave up would leak: close it when it lands.
       void opened.then(() => native.connectClose(), () => undefined).catch(() => undefined);
       if (err instanceof AgentError) throw err;
       throw new AgentError('HypervisorUnavailable', `cannot connect to libvirt at ${this.uri}: ${messageOf(err)}`, { cause: err });
     }
     this.native = native;
+    this.idNames.clear(); // a new daemon may hand out the same IDs again
     this.logger.info('connected to libvirt', { uri: this.uri });
     return native;
   }
 
   /** One native call under the timeout; lost connections become HypervisorUnavailable. */
   private async call<T>(op: string, fn: (native: NativeHypervisor) => Promise<T>): Promise<T> {
+    this.refuseWhileStuck(op);
     const native = await this.connection();
+    let pending: Promise<T> | undefined;
+    let abandoned = false;
+    // The slot is held until the native call settles, not until we stop waiting for it.
+    const run = () => (abandoned ? Promise.reject(new Error(`${op} abandoned`)) : (pending = fn(native)));
     try {
-      return await withCallTimeout(this.clock, this.callTimeoutMs, op, () => fn(native));
+      return await withCallTimeout(this.clock, this.callTimeoutMs, op, () => this.slots.run(run));
     } catch (err) {
       if (err instanceof CallTimeoutError) {
+        abandoned = true;
+        if (pending) this.park(pending);
         this.markBroken(native, err.message, false);
         throw err;
       }
@@ -202,6 +241,19 @@ export class LibvirtHypervisor implements Hypervisor {
       if (err instanceof AgentError || isDomainNotFound(err)) throw err;
       throw new Error(`libvirt call ${op} failed: ${messageOf(err)}`, { cause: err });
     }
+  }
+
+  private refuseWhileStuck(op: string): void {
+    if (this.stuck > 0) {
+      throw new AgentError('HypervisorUnavailable', `libvirt call ${op} not attempted: ${this.stuck} earlier calls to ${this.uri} have not returned yet`);
+    }
+  }
+
+  /** Counts a timed-out call until it finally settles. */
+  private park(pending: Promise<unknown>): void {
+    this.stuck++;
+    const settled = () => void this.stuck--;
+    pending.then(settled, settled);
   }
 
   private markBroken(native: NativeHypervisor, why: string, closeOld: boolean): void {

@@ -47,13 +47,15 @@ describe('FileMachineStore', () => {
     expect((await store.put(first)).resourceVersion).toBe(3);
   });
 
-  it('hands out copies', async () => {
+  it('hands out frozen records that cannot be changed behind its back', async () => {
     const { store } = newStore();
     await store.load();
-    const stored = await store.put(makeRecord('a'));
-    stored.annotations.x = 'changed';
-    store.get('a')!.annotations.y = 'changed';
-    store.list()[0]!.annotations.z = 'changed';
+    const input = makeRecord('a');
+    const stored = await store.put(input);
+    input.annotations.w = 'changed'; // the caller's own object stays its own
+    expect(() => (stored.annotations.x = 'changed')).toThrow(TypeError);
+    expect(() => (store.get('a')!.annotations.y = 'changed')).toThrow(TypeError);
+    expect(() => (store.list()[0]!.status.state = 'error')).toThrow(TypeError);
     expect(store.get('a')!.annotations).toEqual({ owner: 'test' });
   });
 

@@ -1,0 +1,70 @@
+// D-Bus call latency of the real agent (test driver), each as a ratio to a baseline round trip to
+// the bus daemon itself (org.freedesktop.DBus.GetId) on the same connection:
+//   GetMachine, ListMachines with 1,000 and 10,000 machines, CreateMachine throughput.
+// Run: npx tsx bench/dbus-latency.bench.ts   (env VMKEEPER_BENCH_N: calls per measurement, default 500)
+import { Message, type MessageBus } from 'dbus-next';
+import { connectBus } from '../src/dbus/bus-address.js';
+import { percentile } from './common.js';
+import { machineName, startBenchAgent } from './fixtures.js';
+
+const N = Number(process.env.VMKEEPER_BENCH_N ?? 500);
+const SPEC = JSON.stringify({ cpus: 1, memoryMiB: 64, disks: [{ name: 'root', sizeGiB: 1 }], power: 'off' });
+
+async function timeCalls(bus: MessageBus, n: number, make: (i: number) => Message): Promise<number[]> {
+  const out: number[] = [];
+  for (let i = 0; i < Math.min(20, n); i++) await bus.call(make(i)); // warm-up
+  for (let i = 0; i < n; i++) {
+    const t0 = performance.now();
+    await bus.call(make(i));
+    out.push(performance.now() - t0);
+  }
+  return out;
+}
+
+const getId = () => new Message({ destination: 'org.freedesktop.DBus', path: '/org/freedesktop/DBus', interface: 'org.freedesktop.DBus', member: 'GetId' });
+const mgr = (member: string, signature = '', body: unknown[] = []) =>
+  new Message({ destination: 'org.vmkeeper1', path: '/org/vmkeeper1', interface: 'org.vmkeeper1.Manager', member, signature, body });
+
+function line(label: string, values: number[], baseline: number): string {
+  const p50 = percentile(values, 50);
+  return `${label.padEnd(34)} p50=${p50.toFixed(3)} ms p99=${percentile(values, 99).toFixed(3)} ms  ratio(p50)=${(p50 / baseline).toFixed(1)}x`;
+}
+
+export async function dbusLatencyBench(): Promise<string[]> {
+  const lines: string[] = [];
+  for (const count of [1000, 10_000]) {
+    const bench = await startBenchAgent(count);
+    const bus = await connectBus(bench.bus.address);
+    bus.on('error', () => {});
+    try {
+      const base = await timeCalls(bus, N, getId);
+      const baseline = percentile(base, 50);
+      lines.push(`-- ${count} machines --`);
+      lines.push(`${'baseline GetId (bus daemon)'.padEnd(34)} p50=${baseline.toFixed(3)} ms p99=${percentile(base, 99).toFixed(3)} ms`);
+      lines.push(line('GetMachine', await timeCalls(bus, N, (i) => mgr('GetMachine', 's', [machineName(i % count)])), baseline));
+      lines.push(line(`ListMachines (${count})`, await timeCalls(bus, count >= 10_000 ? Math.min(N, 50) : Math.min(N, 200), () => mgr('ListMachines')), baseline));
+      if (count === 1000) {
+        // Throughput: sequential creates, then 16 concurrent streams.
+        const seq = await timeCalls(bus, Math.min(N, 200), (i) => mgr('CreateMachine', 'ss', [`seq-${i}-${Date.now() % 100000}`, SPEC]));
+        lines.push(`${line('CreateMachine (sequential)', seq, baseline)}  ${(1000 / (seq.reduce((a, b) => a + b, 0) / seq.length)).toFixed(0)}/s`);
+        const total = 400;
+        let next = 0;
+        const t0 = performance.now();
+        await Promise.all(Array.from({ length: 16 }, async () => {
+          while (next < total) await bus.call(mgr('CreateMachine', 'ss', [`par-${next++}`, SPEC]));
+        }));
+        const secs = (performance.now() - t0) / 1000;
+        lines.push(`${'CreateMachine (16 concurrent)'.padEnd(34)} ${(total / secs).toFixed(0)} creates/s (${total} in ${secs.toFixed(2)} s)`);
+      }
+    } finally {
+      bus.disconnect();
+      await bench.close();
+    }
+  }
+  return lines;
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  for (const l of await dbusLatencyBench()) console.log(l);
+  process.exit(0);
+}

@@ -1,0 +1,105 @@
+// Benchmark fixtures: N machine records written straight into a state dir, plus a libvirt test
+// driver node.xml that already holds their (shut off) domains, so the agent starts on N settled
+// machines without defining anything. And a private dbus-daemon + the real agent process.
+import { spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { RECORD_API_VERSION, newStatus } from '../src/machine/record.js';
+import { spawnAgent, type AgentProcess } from '../test/support/agent-process.js';
+import { startSessionBus, type PrivateBus } from '../test/support/dbus-daemon.js';
+
+export const machineName = (i: number) => `vm-${String(i).padStart(5, '0')}`;
+
+export async function writeMachines(dir: string, count: number): Promise<{ stateDir: string; imageDir: string; uri: string }> {
+  const stateDir = path.join(dir, 'state');
+  const imageDir = path.join(dir, 'images');
+  const machines = path.join(stateDir, 'machines');
+  await mkdir(machines, { recursive: true, mode: 0o700 });
+  await mkdir(imageDir, { recursive: true });
+  const domains: string[] = [];
+  for (let i = 0; i < count; i += 500) {
+    await Promise.all(
+      Array.from({ length: Math.min(500, count - i) }, (_, k) => {
+        const name = machineName(i + k);
+        const uuid = randomUUID();
+        domains.push(
+          `<domain type='test'><name>vmkeeper-${name}</name><uuid>${uuid}</uuid><memory>65536</memory><vcpu>1</vcpu><os><type>hvm</type></os><test:runstate>5</test:runstate></domain>`,
+        );
+        const record = {
+          apiVersion: RECORD_API_VERSION,
+          name,
+          uuid,
+          domainName: `vmkeeper-${name}`,
+          createdAt: Date.now(),
+          deletionTimestamp: 0,
+          deletionGracePeriodSec: 0,
+          resourceVersion: 1,
+          finalizers: ['vmkeeper/domain'],
+          annotations: { owner: 'bench' },
+          spec: { cpus: 1, memoryMiB: 64, domainType: 'qemu', boot: { kernel: `${imageDir}/vmlinuz` }, disks: [], nics: [], power: 'off', annotations: {} },
+          status: { ...newStatus(), state: 'stopped', domainDefined: true },
+        };
+        return writeFile(path.join(machines, `${name}.json`), `${JSON.stringify(record, null, 2)}\n`, { mode: 0o600 });
+      }),
+    );
+  }
+  const nodeXml = path.join(dir, 'node.xml');
+  await writeFile(nodeXml, `<node xmlns:test='http://libvirt.org/schemas/domain/test/1.0'>\n${domains.join('\n')}\n</node>\n`);
+  return { stateDir, imageDir, uri: `test://${nodeXml}` };
+}
+
+export interface BenchAgent {
+  dir: string;
+  bus: PrivateBus;
+  agent: AgentProcess;
+  close(): Promise<void>;
+}
+
+/** A private bus and the real agent (from source, via tsx) on `count` pre-written machines. */
+export async function startBenchAgent(count: number, env: NodeJS.ProcessEnv = {}): Promise<BenchAgent> {
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'vmk-bench-'));
+  const { stateDir, imageDir, uri } = await writeMachines(dir, count);
+  const bus = await startSessionBus();
+  const configFile = path.join(dir, 'config.yaml');
+  await writeFile(configFile, process.env.BENCH_LOG ? 'log:\n  level: debug\n' : 'log:\n  level: warn\n');
+  const agent = spawnAgent({ busAddress: bus.address, stateDir, imageDir, libvirtUri: uri, configFile, extraArgs: ['--log-level', process.env.BENCH_LOG ? 'debug' : 'warn'], env });
+  await agent.ready(Number(process.env.BENCH_READY_MS ?? 180_000));
+  return {
+    dir,
+    bus,
+    agent,
+    async close() {
+      await agent.stop();
+      await bus.stop();
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** Receives sd_notify datagrams on a socket it creates (python3: Node cannot bind AF_UNIX DGRAM). */
+export function notifyReceiver(socketPath: string): { listening: Promise<void>; ready: Promise<number>; stop(): void } {
+  const py = `
+import socket, sys, time
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(sys.argv[1])
+print("LISTENING", flush=True)
+while True:
+    data = s.recv(65536).decode()
+    print("%.6f %s" % (time.time(), data.replace("\\n", " ")), flush=True)
+`;
+  const child = spawn('python3', ['-c', py, socketPath], { stdio: ['ignore', 'pipe', 'inherit'] });
+  let out = '';
+  let listening: () => void;
+  const isListening = new Promise<void>((r) => (listening = r));
+  const ready = new Promise<number>((resolve) => {
+    child.stdout.on('data', (c: Buffer) => {
+      out += c.toString();
+      if (out.includes('LISTENING')) listening();
+      const m = /^(\d+\.\d+) .*READY=1/m.exec(out);
+      if (m) resolve(Number(m[1]) * 1000);
+    });
+  });
+  return { listening: isListening, ready, stop: () => child.kill('SIGTERM') };
+}

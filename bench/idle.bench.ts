@@ -1,0 +1,41 @@
+// Idle cost of the real agent (test driver, default config: 1 s domain poll, 30 s resync, 10 s
+// sweep) with 0 and 10,000 machines: VmRSS and CPU time over a window with no client calls.
+// Run: npx tsx bench/idle.bench.ts [seconds=30]
+import { readFileSync } from 'node:fs';
+import { rssKiB } from './load-run.js';
+import { startBenchAgent } from './fixtures.js';
+
+function cpuSeconds(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(f[11]) + Number(f[12])) / 100; // utime + stime, USER_HZ = 100
+}
+
+export async function idleBench(seconds: number, counts = [0, 10_000]): Promise<string[]> {
+  const lines: string[] = [];
+  for (const count of counts) {
+    const bench = await startBenchAgent(count);
+    try {
+      const pid = bench.agent.child.pid!;
+      await new Promise((r) => setTimeout(r, 5000)); // settle after start-up (first resync)
+      const cpu0 = cpuSeconds(pid);
+      const rss: number[] = [];
+      const t0 = Date.now();
+      while (Date.now() - t0 < seconds * 1000) {
+        rss.push(rssKiB(pid));
+        await new Promise((r) => setTimeout(r, 1000));
+      }
+      const cpu = cpuSeconds(pid) - cpu0;
+      const wall = (Date.now() - t0) / 1000;
+      lines.push(`idle with ${count} machines over ${wall.toFixed(0)} s: RSS ${(Math.min(...rss) / 1024).toFixed(0)}-${(Math.max(...rss) / 1024).toFixed(0)} MiB, CPU ${cpu.toFixed(2)} s = ${((cpu / wall) * 100).toFixed(1)}% of one core`);
+    } finally {
+      await bench.close();
+    }
+  }
+  return lines;
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  for (const l of await idleBench(Number(process.argv[2] ?? 30))) console.log(l);
+  process.exit(0);
+}
