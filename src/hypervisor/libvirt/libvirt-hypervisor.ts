@@ -213,7 +213,7 @@ export class LibvirtHypervisor implements Hypervisor {
     }
     this.native = native;
     this.idNames.clear(); // a new daemon may hand out the same IDs again
-    this.logger.info('connected to libvirt', { uri: this.uri });
+    this.logger.debug('opened a libvirt connection', { uri: this.uri });
     return native;
   }
 
