@@ -51,8 +51,15 @@ export class DBusClient implements VmkeeperClient {
 
   async machine(name: string): Promise<MachineInfo> {
     const [path] = (await this.manager('GetMachine', 's', [name])) as [string];
-    const [props] = (await this.call(path, PROPERTIES, 'GetAll', 's', [MACHINE_INTERFACE])) as [Record<string, unknown>];
-    return machineFromProperties(path, props);
+    try {
+      const [props] = (await this.call(path, PROPERTIES, 'GetAll', 's', [MACHINE_INTERFACE])) as [Record<string, unknown>];
+      return machineFromProperties(path, props);
+    } catch (err) {
+      // The machine may vanish between the two calls (e.g. a delete with grace 0): ask again so
+      // the caller sees NoSuchMachine rather than the bus's "path not exported".
+      await this.manager('GetMachine', 's', [name]);
+      throw err;
+    }
   }
 
   async describeMachine(name: string): Promise<string> {

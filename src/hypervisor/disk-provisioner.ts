@@ -12,6 +12,8 @@ export interface QemuImgOptions {
   timeoutMs?: number;
 }
 
+const GUEST_DIR_MODE = 0o711;
+
 export class QemuImgDiskProvisioner implements DiskProvisioner {
   private readonly qemuImg: string;
   private readonly timeoutMs: number;
@@ -26,7 +28,7 @@ export class QemuImgDiskProvisioner implements DiskProvisioner {
     if (opts.backingImage === undefined && opts.sizeGiB === undefined) {
       throw new Error(`disk ${file} needs a backing image or a size`);
     }
-    await fs.mkdir(path.dirname(file), { recursive: true, mode: 0o750 });
+    await this.ensureDir(path.dirname(file));
     const args = ['create', '-q', '-f', 'qcow2'];
     if (opts.backingImage !== undefined) {
       args.push('-b', opts.backingImage, '-F', await this.formatOf(opts.backingImage));
@@ -45,7 +47,12 @@ export class QemuImgDiskProvisioner implements DiskProvisioner {
   }
 
   async ensureDir(dir: string): Promise<void> {
-    await fs.mkdir(dir, { recursive: true, mode: 0o750 });
+    await fs.mkdir(dir, { recursive: true, mode: GUEST_DIR_MODE });
+    // qemu runs as another user (libvirt-qemu) and must traverse guests/ and guests/<name>/ to
+    // its disks and serial log (libvirt chowns the files, not their folders). 0711 lets it pass
+    // without listing; chmod because the unit's UMask would strip the x bit from mkdir's mode.
+    await fs.chmod(dir, GUEST_DIR_MODE);
+    await fs.chmod(path.dirname(dir), GUEST_DIR_MODE).catch(() => undefined);
   }
 
   async removePath(target: string): Promise<void> {

@@ -47,7 +47,7 @@ export interface Hypervisor {
 export interface DiskProvisioner {
   /** Creates a qcow2 overlay backed by image, or an empty disk of sizeGiB. Existing file: kept. */
   createDisk(file: string, opts: { backingImage?: string; sizeGiB?: number }): Promise<void>;
-  /** Creates a machine's own folder (0750) if missing. */
+  /** Creates a machine's own folder (0711: qemu must traverse it) if missing. */
   ensureDir(path: string): Promise<void>;
   /** Removes a file or directory the agent created; missing counts as done. */
   removePath(path: string): Promise<void>;

@@ -34,7 +34,7 @@ describe('QemuImgDiskProvisioner (real qemu-img)', () => {
     expect(overlay['backing-filename']).toBe(base);
     expect(overlay['backing-filename-format']).toBe(format);
     expect(overlay['virtual-size']).toBe(64 * 1024 * 1024);
-    expect((await stat(path.dirname(file))).mode & 0o777).toBe(0o750);
+    expect((await stat(path.dirname(file))).mode & 0o777).toBe(0o711);
     expect(await readdir(path.dirname(file))).toEqual(['disk-root.qcow2']); // no temp file left
   });
 
@@ -60,11 +60,11 @@ describe('QemuImgDiskProvisioner (real qemu-img)', () => {
     await expect(stat(file)).rejects.toThrow();
   });
 
-  it('ensureDir creates a 0750 folder; removePath removes trees and tolerates missing paths', async () => {
+  it('ensureDir creates a 0711 folder qemu can traverse; removePath removes trees and tolerates missing paths', async () => {
     const machineDir = path.join(dir, 'guests', 'gone');
     await disks.ensureDir(machineDir);
     await disks.ensureDir(machineDir);
-    expect((await stat(machineDir)).mode & 0o777).toBe(0o750);
+    expect((await stat(machineDir)).mode & 0o777).toBe(0o711);
     await disks.createDisk(path.join(machineDir, 'disk.qcow2'), { sizeGiB: 1 });
     await disks.removePath(machineDir);
     await expect(stat(machineDir)).rejects.toThrow();

@@ -56,16 +56,14 @@ describe.skipIf(skip)(`the .deb in a booted Debian 12${skip ? ` (skipped: ${skip
       .split('\n')
       .map((l) => l.replace(/^\./, ''))
       .filter((l) => l && !l.endsWith('/'));
-    // libvirt inside a container must not try to manage cgroups. And qemu runs as root here:
-    // as libvirt-qemu (Debian's default) it cannot reach the agent's disks, because the agent
-    // creates /var/lib/vmkeeper/guests/ as 0750 root:root (reported; remove the user/group lines
-    // once the agent or the unit gives qemu a way in).
+    // libvirt inside a container must not try to manage cgroups. qemu keeps Debian's default
+    // user (libvirt-qemu): the agent's guests/ folders are 0711 so it can reach its disks.
     const qemuConf = await fs.readFile(path.join(root, 'etc', 'libvirt', 'qemu.conf'), 'utf8');
     ct = await bootContainer({
       baseRoot: root,
       name: 'vmkeeper-pkg',
       bindRo: [`${pkgs.dir}:/pkgs`, `${next.dir}:/pkgs-next`],
-      files: { '/etc/libvirt/qemu.conf': `${qemuConf}\ncgroup_controllers = [ ]\nuser = "root"\ngroup = "root"\n` },
+      files: { '/etc/libvirt/qemu.conf': `${qemuConf}\ncgroup_controllers = [ ]\n` },
     });
     await ct.waitForSystemRunning(120_000);
   }, 40 * 60_000);
