@@ -1,4 +1,5 @@
 import type { Config } from './config/config.js';
+import { VERSION } from './version.js';
 import { specLimitsFrom } from './config/config.js';
 import type { Clock } from './lifecycle/clock.js';
 import { KeyedLock } from './lifecycle/keyed-lock.js';
@@ -17,7 +18,7 @@ import { DomainProvisioner } from './reconciler/domain-provisioner.js';
 import { Reconciler } from './reconciler/reconciler.js';
 import { Sweeper } from './sweeper/sweeper.js';
 
-export const AGENT_VERSION = '0.1.0';
+export const AGENT_VERSION = VERSION;
 
 /** What the composition root hands the agent: every outside part is passed in. */
 export interface AgentParts {

@@ -1,2 +1,4 @@
-/** vmkeeperctl's own version; a unit test keeps it equal to package.json. */
-export const CTL_VERSION = '0.1.0';
+import { VERSION } from '../version.js';
+
+/** vmkeeperctl's own version: package.json's, like the agent's. */
+export const CTL_VERSION = VERSION;
