@@ -66,25 +66,15 @@ export class Agent {
         void this.sweeper.kick(name);
       },
     });
+    // What the reconciler and the sweeper share; the machine lock keeps them off one domain at once.
+    const loopParts = { records: this.records, hypervisor, observer: () => this.observer, provisioner, clock, logger, machineLock };
     this.reconciler = new Reconciler({
-      records: this.records,
-      hypervisor,
-      observer: () => this.observer,
-      provisioner,
-      clock,
-      logger,
-      machineLock,
+      ...loopParts,
       resyncIntervalMs: m.resyncIntervalSec * 1000,
       requestPowerOff: (name) => this.service.setPower(name, 'off').catch(() => undefined),
     });
     this.sweeper = new Sweeper({
-      records: this.records,
-      hypervisor,
-      observer: () => this.observer,
-      provisioner,
-      clock,
-      logger,
-      machineLock,
+      ...loopParts,
       sweepIntervalMs: m.sweepIntervalSec * 1000,
       shutdownRetryIntervalMs: m.shutdownRetryIntervalSec * 1000,
     });
