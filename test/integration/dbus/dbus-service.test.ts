@@ -226,7 +226,7 @@ describe('DBusService on a private session-like bus', () => {
     h.api.failNext('list', boom);
     const outcome = await dbusSend(h.daemon.address, ROOT, `${MANAGER}.ListMachines`);
     expect(outcome).toMatchObject({ errorName: 'org.freedesktop.DBus.Error.Failed', message: boom.message });
-    h.api.failNext('events', new Error('first line\n    at secret (/work/main/src/x.ts:1:1)'));
+    h.api.failNext('events', new Error('first line\n    at secret (/srv/app/src/x.ts:1:1)'));
     const viaBusctl = await busctl(h.daemon.address, ['call', 'org.vmkeeper1', ROOT, MANAGER, 'ListEvents']);
     expect(viaBusctl.code).not.toBe(0);
     expect(viaBusctl.stderr.trim()).toBe('Call failed: first line');
