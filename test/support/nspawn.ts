@@ -89,7 +89,7 @@ async function ensureHostTools(): Promise<void> {
 /**
  * A cached Debian 12 root with systemd, dbus and `extraPackages` (installed with
  * --no-install-recommends). Cold: debootstrap (~40 s) plus the extras; warm: a stat.
- * Concurrent callers (other test files, other engineers) are serialised with flock.
+ * Concurrent callers (other test files, other runs) are serialised with flock.
  */
 export async function ensureDebianRoot(opts: { extraPackages?: string[] } = {}): Promise<string> {
   if (process.getuid?.() !== 0) throw new Error('ensureDebianRoot: must run as root');
