@@ -8,19 +8,7 @@ bash scripts/install-deps.sh run
 dev="$PWD/.dev"
 mkdir -p "$dev/state" "$dev/images"
 rm -f "$dev/bus"
-cat > "$dev/bus.conf" <<CONF
-<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>session</type>
-  <listen>unix:path=$dev/bus</listen>
-  <policy context="default">
-    <allow send_destination="*" eavesdrop="true"/>
-    <allow eavesdrop="true"/>
-    <allow own="*"/>
-  </policy>
-</busconfig>
-CONF
+sed "s#@SOCKET@#$dev/bus#" scripts/session-bus.conf.in > "$dev/bus.conf"
 bus_pid=$(dbus-daemon --config-file="$dev/bus.conf" --fork --print-pid)
 trap 'kill "$bus_pid" 2>/dev/null || true' EXIT
 address="unix:path=$dev/bus"

@@ -3,7 +3,7 @@ import type { Logger } from '../logging/logger.js';
 import { describeError } from '../machine/errors.js';
 import { MACHINE_PATH_PREFIX, MANAGER_PATH, machineObjectPath } from '../machine/names.js';
 import type { MachineRecord } from '../machine/record.js';
-import type { AgentEvent, MachineApi, ManagerInfo } from '../service/api.js';
+import type { AgentEvent, MachineApi, MachineApiEvents, ManagerInfo } from '../service/api.js';
 import { DBUS_ERROR_PROPERTY_READ_ONLY, DBUS_ERROR_UNKNOWN_INTERFACE, DBUS_ERROR_UNKNOWN_PROPERTY } from './errors.js';
 import type { SnapshotInterface } from './interface-support.js';
 import { MACHINE_INTERFACE, MachineInterface } from './machine-interface.js';
@@ -108,20 +108,22 @@ export class DBusService {
       }
     });
 
+  private listeners(): Array<[keyof MachineApiEvents, (...args: never[]) => void]> {
+    return [
+      ['machineAdded', this.onAdded],
+      ['machineChanged', this.onChanged],
+      ['machineRemoved', this.onRemoved],
+      ['event', this.onEvent],
+      ['infoChanged', this.onInfo],
+    ];
+  }
+
   private subscribe(): void {
-    this.api.on('machineAdded', this.onAdded);
-    this.api.on('machineChanged', this.onChanged);
-    this.api.on('machineRemoved', this.onRemoved);
-    this.api.on('event', this.onEvent);
-    this.api.on('infoChanged', this.onInfo);
+    for (const [event, fn] of this.listeners()) this.api.on(event, fn as MachineApiEvents[typeof event]);
   }
 
   private unsubscribe(): void {
-    this.api.off('machineAdded', this.onAdded);
-    this.api.off('machineChanged', this.onChanged);
-    this.api.off('machineRemoved', this.onRemoved);
-    this.api.off('event', this.onEvent);
-    this.api.off('infoChanged', this.onInfo);
+    for (const [event, fn] of this.listeners()) this.api.off(event, fn as MachineApiEvents[typeof event]);
   }
 
   /** A failure to publish must never propagate into the api's emitter. */

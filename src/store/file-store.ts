@@ -3,6 +3,7 @@ import path from 'node:path';
 import { AgentError, describeError } from '../machine/errors.js';
 import { validateMachineName } from '../machine/names.js';
 import { type MachineRecord, cloneRecord, freezeRecord } from '../machine/record.js';
+import { KeyedLock } from '../lifecycle/keyed-lock.js';
 import type { Logger } from '../logging/logger.js';
 import type { LoadResult, MachineStore, QuarantinedFile } from './port.js';
 import { parseStoredRecord } from './record-validation.js';
@@ -35,8 +36,8 @@ export class FileMachineStore implements MachineStore {
   private records = new Map<string, MachineRecord>();
   /** Sorted view for list(), rebuilt only after a change. */
   private sorted: MachineRecord[] | undefined;
-  /** Tail of each record's write chain: operations on one name run one at a time. */
-  private readonly chains = new Map<string, Promise<unknown>>();
+  /** Operations on one record file run one at a time. */
+  private readonly fileLock = new KeyedLock();
 
   constructor(options: FileMachineStoreOptions) {
     this.dir = options.dir;
@@ -97,7 +98,7 @@ export class FileMachineStore implements MachineStore {
    */
   async put(record: MachineRecord, expectedVersion?: number): Promise<MachineRecord> {
     const name = validateMachineName(record.name);
-    return this.serialise(name, async () => {
+    return this.fileLock.run(name, async () => {
       const current = this.records.get(name);
       if (expectedVersion !== undefined && (current?.resourceVersion ?? 0) !== expectedVersion) {
         throw new AgentError(
@@ -118,7 +119,7 @@ export class FileMachineStore implements MachineStore {
   async remove(name: string): Promise<void> {
     // The name becomes a path: never let "../x" reach unlink.
     validateMachineName(name);
-    return this.serialise(name, async () => {
+    return this.fileLock.run(name, async () => {
       const file = this.fileOf(name);
       try {
         await this.fs.unlink(file);
@@ -133,18 +134,6 @@ export class FileMachineStore implements MachineStore {
 
   private fileOf(name: string): string {
     return path.join(this.dir, `${name}.json`);
-  }
-
-  private serialise<T>(name: string, op: () => Promise<T>): Promise<T> {
-    const previous = this.chains.get(name) ?? Promise.resolve();
-    const result = previous.then(op, op);
-    const tail = result.catch(() => undefined);
-    this.chains.set(name, tail);
-    // Drop the entry once idle so the map does not grow with every name ever written.
-    void tail.then(() => {
-      if (this.chains.get(name) === tail) this.chains.delete(name);
-    });
-    return result;
   }
 
   private async writeAtomically(name: string, data: Buffer): Promise<void> {

@@ -18,25 +18,14 @@ export interface PrivateBus {
   stop(): Promise<void>;
 }
 
-const SESSION_CONFIG = (socket: string) => `<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>session</type>
-  <listen>unix:path=${socket}</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow send_destination="*" eavesdrop="true"/>
-    <allow eavesdrop="true"/>
-    <allow own="*"/>
-  </policy>
-</busconfig>
-`;
+/** The project's private session-like bus config (also used by scripts/run-dev.sh). */
+const SESSION_CONFIG_TEMPLATE = path.join(PROJECT_ROOT, 'scripts/session-bus.conf.in');
 
 /** A permissive bus like a session bus: anyone may own and call anything. */
 export async function startSessionBus(): Promise<PrivateBus> {
   const dir = await mkdtemp(path.join(os.tmpdir(), 'vmkeeper-session-bus-'));
   const config = path.join(dir, 'session.conf');
-  await writeFile(config, SESSION_CONFIG(path.join(dir, 'bus')));
+  await writeFile(config, (await readFile(SESSION_CONFIG_TEMPLATE, 'utf8')).replaceAll('@SOCKET@', path.join(dir, 'bus')));
   return launch(dir, config);
 }
 

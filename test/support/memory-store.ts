@@ -1,15 +1,15 @@
 import { AgentError } from '../../src/machine/errors.js';
-import { cloneRecord, type MachineRecord } from '../../src/machine/record.js';
+import { cloneRecord, freezeRecord, type MachineRecord } from '../../src/machine/record.js';
 import type { LoadResult, MachineStore } from '../../src/store/port.js';
 
-/** An in-memory MachineStore for unit tests; failNextWrite simulates a full disk. */
+/** An in-memory MachineStore for unit tests; like the file store it hands out frozen records. */
 export class MemoryStore implements MachineStore {
   readonly records = new Map<string, MachineRecord>();
   writes = 0;
   private failures = 0;
 
   constructor(initial: MachineRecord[] = []) {
-    for (const r of initial) this.records.set(r.name, cloneRecord(r));
+    for (const r of initial) this.records.set(r.name, freezeRecord(cloneRecord(r)));
   }
 
   failNextWrites(count = 1): void {
@@ -25,7 +25,7 @@ export class MemoryStore implements MachineStore {
   }
 
   list(): MachineRecord[] {
-    return [...this.records.values()].sort((a, b) => a.name.localeCompare(b.name)).map(cloneRecord);
+    return [...this.records.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   }
 
   async put(record: MachineRecord): Promise<MachineRecord> {
@@ -35,9 +35,9 @@ export class MemoryStore implements MachineStore {
     }
     const stored = cloneRecord(record);
     stored.resourceVersion = (this.records.get(record.name)?.resourceVersion ?? 0) + 1;
-    this.records.set(record.name, stored);
+    this.records.set(record.name, freezeRecord(stored));
     this.writes++;
-    return cloneRecord(stored);
+    return stored;
   }
 
   async remove(name: string): Promise<void> {
