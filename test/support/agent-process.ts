@@ -67,7 +67,8 @@ export function spawnAgent(o: AgentProcessOptions): AgentProcess {
           const reply = await busctlCall(o.busAddress, '/org/vmkeeper1', 'org.vmkeeper1.Manager', 'ListMachines').catch(() => undefined);
           return reply !== undefined;
         },
-        { timeoutMs, intervalMs: 100, what: 'vmkeeperd to answer on the bus' },
+        // An agent that died will not answer later: fail now, with its output.
+        { timeoutMs, intervalMs: 100, what: 'vmkeeperd to answer on the bus', rethrow: () => hasExited },
       ).catch((err) => {
         if (hasExited) throw new Error(`vmkeeperd exited during start-up:\n${output}`);
         throw new Error(`${(err as Error).message}\n--- agent output ---\n${output}`);

@@ -9,6 +9,7 @@ import { execFile } from 'node:child_process';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { waitFor } from './wait.js';
 
 export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const GUEST_CACHE_DIR = path.join(REPO_ROOT, '.cache', 'guest');
@@ -53,13 +54,13 @@ export async function ensureGuestImages(timeoutMs = 600_000): Promise<GuestImage
  */
 export async function waitForSerialLine(logFile: string, text: string, timeoutMs: number): Promise<number> {
   const start = Date.now();
-  for (;;) {
-    const content = await fs.readFile(logFile, 'utf8').catch(() => '');
-    if (content.includes(text)) return Date.now() - start;
-    if (Date.now() - start > timeoutMs) {
-      const tail = content.split('\n').slice(-15).join('\n');
-      throw new Error(`"${text}" not seen in ${logFile} within ${timeoutMs} ms; tail:\n${tail}`);
-    }
-    await new Promise((r) => setTimeout(r, 100));
-  }
+  let content = '';
+  await waitFor(async () => (content = await fs.readFile(logFile, 'utf8').catch(() => '')).includes(text), {
+    timeoutMs,
+    intervalMs: 100,
+    what: `"${text}" in ${logFile}`,
+  }).catch((err: Error) => {
+    throw new Error(`${err.message}; tail:\n${content.split('\n').slice(-15).join('\n')}`);
+  });
+  return Date.now() - start;
 }

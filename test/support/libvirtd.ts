@@ -35,6 +35,7 @@
 import { spawn, execFile, type ChildProcess } from 'node:child_process';
 import { promises as fs, openSync, closeSync } from 'node:fs';
 import path from 'node:path';
+import { waitFor } from './wait.js';
 
 export interface PrivateLibvirtd {
   /** Connection URI for virsh / the libvirt binding. */
@@ -79,7 +80,7 @@ export function virsh(uri: string, args: string[], timeoutMs = 30_000): Promise<
   return run('virsh', ['-q', '-c', uri, ...args], timeoutMs);
 }
 
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+class EarlyExit extends Error {}
 
 function libvirtdConf(runDir: string): string {
   return [
@@ -219,18 +220,21 @@ export async function startLibvirtd(opts: StartLibvirtdOptions): Promise<Private
     await killLeftoverQemu(path.join(runDir, 'run', 'qemu'));
   };
 
-  const deadline = Date.now() + readyTimeoutMs;
-  for (;;) {
-    if (exited) {
-      throw new Error(`libvirtd exited early (${JSON.stringify(exited)}):\n${await readLog()}`);
-    }
-    const r = await virsh(uri, ['version'], 10_000);
-    if (r.code === 0) break;
-    if (Date.now() > deadline) {
-      await stop().catch(() => undefined);
-      throw new Error(`libvirtd not ready within ${readyTimeoutMs} ms: ${r.stderr.trim()}\n${await readLog()}`);
-    }
-    await sleep(200);
+  let lastError = '';
+  try {
+    await waitFor(
+      async () => {
+        if (exited) throw new EarlyExit(`libvirtd exited early (${JSON.stringify(exited)}):\n${await readLog()}`);
+        const r = await virsh(uri, ['version'], 10_000);
+        lastError = r.stderr.trim();
+        return r.code === 0;
+      },
+      { timeoutMs: readyTimeoutMs, intervalMs: 200, what: 'libvirtd to answer', rethrow: (e) => e instanceof EarlyExit },
+    );
+  } catch (err) {
+    if (err instanceof EarlyExit) throw err;
+    await stop().catch(() => undefined);
+    throw new Error(`libvirtd not ready within ${readyTimeoutMs} ms: ${lastError}\n${await readLog()}`);
   }
   return { uri, pid: child.pid ?? -1, logFile, stop };
 }

@@ -8,6 +8,7 @@ import { systemClock } from '../../../src/lifecycle/clock.js';
 import { silentLogger } from '../../../src/logging/logger.js';
 import { isAgentError } from '../../../src/machine/errors.js';
 import { definitionFor, runHypervisorContract } from '../../contract/hypervisor-contract.js';
+import { waitFor } from '../../support/wait.js';
 
 // libvirt's built-in test driver: a test:///ABS/PATH.xml URI starts from that node file with
 // fresh state per connection, so every test gets an empty hypervisor of its own.
@@ -125,11 +126,9 @@ describe('LibvirtHypervisor specifics', () => {
       expect((refused as Error).message).toMatch(/not attempted: 1 earlier calls .* have not returned yet/);
       expect(accepted.length).toBe(1);
       accepted[0]!.destroy(); // the hung open fails now and frees its thread
-      for (let i = 0; i < 100 && accepted.length < 2; i++) {
-        await hv.connect().catch(() => undefined);
-        await new Promise((r) => setTimeout(r, 10));
-      }
-      expect(accepted.length).toBe(2); // the retry opened a second, fresh connection
+      // Once the hung open has failed and freed its thread, a retry opens a second, fresh connection.
+      await waitFor(async () => (await hv.connect().catch(() => undefined), accepted.length === 2), { timeoutMs: 2000, intervalMs: 10, what: 'a fresh connection' });
+      expect(accepted.length).toBe(2);
     } finally {
       // Hanging up lets the abandoned native calls fail and free their pool threads.
       for (const s of accepted) s.destroy();
