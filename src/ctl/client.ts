@@ -1,5 +1,6 @@
 import { Message, MessageType, type MessageBus } from 'dbus-next';
 import { connectBus, onBusLost } from '../dbus/bus-address.js';
+import { MANAGER_PATH } from '../machine/names.js';
 import { eventFromTuple, machineFromProperties, managerFromProperties, partialMachine } from './dbus-values.js';
 import { CtlError, ExitCode, firstLine } from './errors.js';
 import type { AgentEvent, AgentSignal, MachineInfo, ManagerInfo, Subscription, VmkeeperClient } from './model.js';
@@ -7,10 +8,10 @@ import type { AgentEvent, AgentSignal, MachineInfo, ManagerInfo, Subscription, V
 // The CLI's only way to the agent: org.vmkeeper1 over D-Bus (low-level dbus-next messages, so no
 // introspection round trip and no proxy objects).
 
-export const BUS_NAME = 'org.vmkeeper1';
-export const MANAGER_PATH = '/org/vmkeeper1';
-export const MANAGER_INTERFACE = 'org.vmkeeper1.Manager';
-export const MACHINE_INTERFACE = 'org.vmkeeper1.Machine';
+// The agent's copies live in src/dbus/*, whose modules would pull the agent's exporting code into the CLI.
+const BUS_NAME = 'org.vmkeeper1';
+const MANAGER_INTERFACE = 'org.vmkeeper1.Manager';
+const MACHINE_INTERFACE = 'org.vmkeeper1.Machine';
 const PROPERTIES = 'org.freedesktop.DBus.Properties';
 const OBJECT_MANAGER = 'org.freedesktop.DBus.ObjectManager';
 const DBUS = { destination: 'org.freedesktop.DBus', path: '/org/freedesktop/DBus', interface: 'org.freedesktop.DBus' };

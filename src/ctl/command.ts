@@ -31,6 +31,6 @@ export interface Command {
   run(ctx: Context, args: ParsedArgs): Promise<number>;
 }
 
-export function writeJson(ctx: Context, value: unknown): void {
+export function writeJson(ctx: Pick<Context, 'io'>, value: unknown): void {
   ctx.io.out(`${JSON.stringify(value, null, 2)}\n`);
 }

@@ -1,3 +1,5 @@
+import { ERROR_PREFIX as VMKEEPER } from '../machine/errors.js';
+
 // Every failure the CLI reports becomes a CtlError: one line for the operator, one exit code per class.
 
 export const ExitCode = {
@@ -12,8 +14,6 @@ export const ExitCode = {
   WaitFailed: 8,
   Interrupted: 130,
 } as const;
-
-export type ExitCodeValue = (typeof ExitCode)[keyof typeof ExitCode];
 
 export class CtlError extends Error {
   constructor(message: string, readonly exitCode: number) {
@@ -30,7 +30,6 @@ export class UsageError extends CtlError {
   }
 }
 
-const VMKEEPER = 'org.vmkeeper1.Error.';
 const FDO = 'org.freedesktop.DBus.Error.';
 
 /** D-Bus error name -> exit code and a one-line message (the agent's own text where it is one). */

@@ -17,6 +17,9 @@ export interface MachineInfo {
   resourceVersion: number;
 }
 
+// AgentEvent and ManagerInfo mirror src/service/api.ts, but with `type` and `state` as plain strings
+// on purpose: they are decoded off the wire, and an agent of another version may send values this
+// CLI does not know (it shows them as they are).
 export interface AgentEvent {
   timestamp: number;
   machine: string;

@@ -1,11 +1,12 @@
 import type { Clock, TimerHandle } from '../lifecycle/clock.js';
 import { CtlError, ExitCode, toCtlError } from './errors.js';
 import { formatDuration } from './format/time.js';
-import type { AgentEvent, AgentSignal, MachineInfo, Subscription, VmkeeperClient } from './model.js';
+import { holdSignals, type HeldSignals } from './held-signals.js';
+import type { AgentEvent, AgentSignal, MachineInfo, VmkeeperClient } from './model.js';
 import type { Progress } from './progress.js';
 
 // --wait: follow one machine's signals until the goal is reached. The watcher subscribes BEFORE the
-// command's call is made, queues what arrives, and replays it after a fresh snapshot, ignoring
+// command's call is made, holds what arrives, and replays it after a fresh snapshot, ignoring
 // property changes older than the snapshot (ResourceVersion only grows).
 
 export type Goal = { kind: 'removed' } | { kind: 'state'; state: 'stopped' | 'running' };
@@ -30,21 +31,15 @@ export function goalText(goal: Goal): string {
 }
 
 export class MachineWatcher {
-  private queue: AgentSignal[] = [];
-  private handler?: (s: AgentSignal) => void;
-
-  private constructor(private readonly client: VmkeeperClient, readonly name: string, private subscription?: Subscription) {}
+  private constructor(private readonly client: VmkeeperClient, readonly name: string, private readonly signals: HeldSignals) {}
 
   /** Subscribes now; call before issuing the request the wait is about. */
   static async start(client: VmkeeperClient, name: string): Promise<MachineWatcher> {
-    const watcher = new MachineWatcher(client, name);
-    watcher.subscription = await client.subscribe((s) => (watcher.handler ? watcher.handler(s) : watcher.queue.push(s)));
-    return watcher;
+    return new MachineWatcher(client, name, await holdSignals(client));
   }
 
   close(): void {
-    this.subscription?.close();
-    this.subscription = undefined;
+    this.signals.close();
   }
 
   /** Resolves when the goal is reached; throws a CtlError (exit 8, or 130 when aborted) otherwise. */
@@ -69,7 +64,6 @@ export class MachineWatcher {
 
       const cleanup = () => {
         settled = true;
-        this.handler = () => {};
         timer?.cancel();
         o.signal?.removeEventListener('abort', onAbort);
       };
@@ -140,10 +134,7 @@ export class MachineWatcher {
       }
       o.progress.update(current);
       check();
-      const queued = this.queue;
-      this.queue = [];
-      for (const s of queued) handle(s);
-      if (!settled) this.handler = handle;
+      this.signals.release(handle);
     });
   }
 

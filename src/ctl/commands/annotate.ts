@@ -1,4 +1,4 @@
-import type { Command } from '../command.js';
+import { type Command, writeJson } from '../command.js';
 import { UsageError } from '../errors.js';
 
 export interface AnnotationChanges {
@@ -41,7 +41,7 @@ export const annotateCommand: Command = {
     const current = (await client.machine(name)).annotations;
     const next = applyAnnotationChanges(current, changes);
     await client.setMachineAnnotations(name, next);
-    if (ctx.json) ctx.io.out(`${JSON.stringify({ name, annotations: next }, null, 2)}\n`);
+    if (ctx.json) writeJson(ctx, { name, annotations: next });
     else ctx.io.out(`${name}: annotated\n`);
     return 0;
   },

@@ -1,5 +1,5 @@
 import { stringOption } from '../args.js';
-import type { Command } from '../command.js';
+import { type Command, writeJson } from '../command.js';
 import { CtlError, ExitCode, UsageError, firstLine, toCtlError } from '../errors.js';
 import { invalidField, parseSpecText } from '../spec-file.js';
 
@@ -34,7 +34,7 @@ export const createCommand: Command = {
       const where = field ? spec.locate(field) : undefined;
       throw where ? new CtlError(`${e.message} (${where})`, e.exitCode) : e;
     }
-    if (ctx.json) ctx.io.out(`${JSON.stringify({ name, path }, null, 2)}\n`);
+    if (ctx.json) writeJson(ctx, { name, path });
     else ctx.io.out(`${name}: created\n`);
     return 0;
   },

@@ -1,9 +1,10 @@
 import { flag } from '../args.js';
-import type { Command, Context } from '../command.js';
+import { type Command, type Context, writeJson } from '../command.js';
 import { CtlError, ExitCode } from '../errors.js';
 import { eventTypeStyle } from '../format/style.js';
 import { formatTable, truncate } from '../format/table.js';
 import { formatTimestamp } from '../format/time.js';
+import { holdSignals } from '../held-signals.js';
 import type { AgentEvent, AgentSignal } from '../model.js';
 
 export function eventJson(e: AgentEvent) {
@@ -37,7 +38,7 @@ export const eventsCommand: Command = {
 
     if (!follow) {
       const events = (await client.listEvents()).filter(wanted);
-      if (ctx.json) ctx.io.out(`${JSON.stringify(events.map(eventJson), null, 2)}\n`);
+      if (ctx.json) writeJson(ctx, events.map(eventJson));
       else if (events.length === 0) ctx.io.err('No events.\n');
       else
         ctx.io.out(
@@ -52,9 +53,7 @@ export const eventsCommand: Command = {
 
     const print = (e: AgentEvent) => ctx.io.out(ctx.json ? `${JSON.stringify(eventJson(e))}\n` : `${eventLine(ctx, e)}\n`);
     // Subscribe first, then list: an event in between is in both, and printed once.
-    const queued: AgentSignal[] = [];
-    let live: ((s: AgentSignal) => void) | undefined;
-    const subscription = await client.subscribe((s) => (live ? live(s) : queued.push(s)));
+    const signals = await holdSignals(client);
     try {
       const seen = new Set<string>();
       for (const e of (await client.listEvents()).filter(wanted)) {
@@ -67,7 +66,6 @@ export const eventsCommand: Command = {
           if (done) return;
           done = true;
           ctx.signal.removeEventListener('abort', onAbort);
-          live = () => {};
           if (err) reject(err);
           else resolve(0);
         };
@@ -80,12 +78,10 @@ export const eventsCommand: Command = {
         };
         if (ctx.signal.aborted) return finish();
         ctx.signal.addEventListener('abort', onAbort, { once: true });
-        for (const s of queued.splice(0)) handle(s);
-        // Only the overlap with ListEvents can repeat; forget it once live.
-        if (!done) live = handle;
+        signals.release(handle);
       });
     } finally {
-      subscription.close();
+      signals.close();
     }
   },
 };

@@ -1,5 +1,5 @@
 import { flag, parseSeconds, stringOption, type OptionSpec, type ParsedArgs } from '../args.js';
-import type { Context } from '../command.js';
+import { type Context, writeJson } from '../command.js';
 import { UsageError } from '../errors.js';
 import type { VmkeeperClient } from '../model.js';
 import { TerminalProgress, silentProgress } from '../progress.js';
@@ -33,14 +33,14 @@ export async function requestAndMaybeWait(ctx: Context, args: ParsedArgs, r: Lif
   try {
     await r.request(client);
     if (!watcher) {
-      if (ctx.json) ctx.io.out(`${JSON.stringify({ name: r.name, requested: r.command }, null, 2)}\n`);
+      if (ctx.json) writeJson(ctx, { name: r.name, requested: r.command });
       else ctx.io.out(`${r.name}: ${r.requested}\n`);
       return 0;
     }
     if (!ctx.json) ctx.io.out(`${r.name}: ${r.requested}, waiting for ${r.goal.kind === 'removed' ? 'it to be gone' : `state ${r.goal.state}`}\n`);
     const progress = ctx.json ? silentProgress : new TerminalProgress(ctx.io, ctx.clock);
     const result = await watcher.until(r.goal, { clock: ctx.clock, progress, timeoutMs, signal: ctx.signal });
-    if (ctx.json) ctx.io.out(`${JSON.stringify({ name: r.name, state: result.state, elapsedSec: Math.round(result.elapsedMs / 1000) }, null, 2)}\n`);
+    if (ctx.json) writeJson(ctx, { name: r.name, state: result.state, elapsedSec: Math.round(result.elapsedMs / 1000) });
     return 0;
   } finally {
     watcher?.close();

@@ -1,4 +1,4 @@
-import type { Command, Context } from '../command.js';
+import { type Command, type Context, writeJson } from '../command.js';
 import { stateStyle } from '../format/style.js';
 import { formatTable } from '../format/table.js';
 import { formatAge, formatCountdown } from '../format/time.js';
@@ -47,7 +47,7 @@ export const listCommand: Command = {
   async run(ctx) {
     const machines = await (await ctx.client()).listMachines();
     if (ctx.json) {
-      ctx.io.out(`${JSON.stringify(machines.map(machineSummaryJson), null, 2)}\n`);
+      writeJson(ctx, machines.map(machineSummaryJson));
     } else if (machines.length === 0) {
       ctx.io.err('No machines.\n');
     } else {

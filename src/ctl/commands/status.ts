@@ -1,4 +1,4 @@
-import type { Command, Context } from '../command.js';
+import { type Command, type Context, writeJson } from '../command.js';
 import { CtlError, ExitCode } from '../errors.js';
 import { eventTypeStyle, stateStyle } from '../format/style.js';
 import { formatTable } from '../format/table.js';
@@ -122,7 +122,7 @@ export const statusCommand: Command = {
       throw new CtlError('vmkeeperd returned a record that is not JSON', ExitCode.Failure);
     }
     if (ctx.json) {
-      ctx.io.out(`${JSON.stringify(record, null, 2)}\n`);
+      writeJson(ctx, record);
       return 0;
     }
     const events = await client.listEvents().catch(() => []);

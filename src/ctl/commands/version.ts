@@ -1,4 +1,4 @@
-import type { Command } from '../command.js';
+import { type Command, writeJson } from '../command.js';
 import { toCtlError } from '../errors.js';
 import { CTL_VERSION } from '../version.js';
 
@@ -16,13 +16,11 @@ export const versionCommand: Command = {
       agent = await (await ctx.client()).managerInfo();
     } catch (err) {
       // The client's version is still useful when the agent cannot be reached.
-      if (ctx.json) ctx.io.out(`${JSON.stringify({ client: CTL_VERSION, agent: null }, null, 2)}\n`);
+      if (ctx.json) writeJson(ctx, { client: CTL_VERSION, agent: null });
       throw toCtlError(err);
     }
     if (ctx.json) {
-      ctx.io.out(
-        `${JSON.stringify({ client: CTL_VERSION, agent: { version: agent.version, state: agent.state, libvirtUri: agent.libvirtUri, libvirtConnected: agent.libvirtConnected } }, null, 2)}\n`,
-      );
+      writeJson(ctx, { client: CTL_VERSION, agent: { version: agent.version, state: agent.state, libvirtUri: agent.libvirtUri, libvirtConnected: agent.libvirtConnected } });
     } else {
       const libvirt = `libvirt ${agent.libvirtUri} ${agent.libvirtConnected ? 'connected' : 'disconnected'}`;
       ctx.io.out(`vmkeeperd ${agent.version} (${agent.state}, ${libvirt})\n`);

@@ -17,11 +17,6 @@ export function formatAge(sinceMs: number, nowMs: number): string {
   return sinceMs > 0 ? formatDuration(nowMs - sinceMs) : '-';
 }
 
-/** Whole seconds left until `atMs` (rounded up, never negative). */
-export function secondsLeft(atMs: number, nowMs: number): number {
-  return Math.max(0, Math.ceil((atMs - nowMs) / 1000));
-}
-
 /** "in 23s", "now", "overdue 4s", or "" when no deadline is set. */
 export function formatCountdown(atMs: number, nowMs: number): string {
   if (atMs <= 0) return '';

@@ -232,6 +232,8 @@ describe('vmkeeperctl against the real agent', () => {
   });
 
   it('follows events as they happen and stops cleanly on SIGINT', async () => {
+    expect((await ctl(['create', 'temp-1', '-f', path.join(dir, 'web.json')])).code).toBe(0);
+    await waitForState('temp-1', 'running');
     const child = spawn(process.execPath, ctlArgs(['events', '--follow', '--json', 'temp-1']), { cwd: PROJECT_ROOT, env: { ...process.env, ...ENV } });
     let stdout = '';
     let stderr = '';
@@ -239,21 +241,20 @@ describe('vmkeeperctl against the real agent', () => {
     child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
     const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
     try {
-      // Give the follower time to subscribe; events before that come from ListEvents anyway.
-      await new Promise((r) => setTimeout(r, 1500));
-      expect((await ctl(['create', 'temp-1', '-f', path.join(dir, 'web.json')])).code).toBe(0);
-      await waitForState('temp-1', 'running');
+      // The follower subscribes before it lists the backlog: once "Created" is printed, it is live.
+      await waitFor(() => stdout.includes('"Created"'), { timeoutMs: 20_000, what: `the backlog in followed events (stderr: ${stderr})` });
       expect((await ctl(['delete', 'temp-1'])).code).toBe(0);
       await waitFor(() => stdout.includes('"Deleted"'), { timeoutMs: 20_000, what: `Deleted in followed events (stderr: ${stderr})` });
     } finally {
       child.kill('SIGINT');
     }
     expect(await exited).toBe(0);
-    const events = stdout.trimEnd().split('\n').map((l) => JSON.parse(l) as { machine: string; reason: string });
+    const lines = stdout.trimEnd().split('\n');
+    const events = lines.map((l) => JSON.parse(l) as { machine: string; reason: string });
     expect(events.every((e) => e.machine === 'temp-1')).toBe(true);
     const reasons = events.map((e) => e.reason);
     expect(reasons).toEqual(expect.arrayContaining(['DeletionRequested', 'Deleted']));
-    expect(new Set(reasons.map((r, i) => `${r}${i}`)).size).toBe(reasons.length);
+    expect(new Set(lines).size).toBe(lines.length); // no event (same time, reason and message) printed twice
     expect(reasons.filter((r) => r === 'Deleted')).toHaveLength(1); // the ListEvents/signal overlap is printed once
   });
 

@@ -49,16 +49,14 @@ describe('vmkeeperctl', () => {
     expect(s.io.stdout).toBe('');
   });
 
-  it('connects to the system bus by default and to --bus otherwise', async () => {
+  it.each<[string[], string]>([
+    [['list'], 'system'],
+    [['--bus', 'unix:path=/run/x', 'list'], 'unix:path=/run/x'],
+    [['list', '--bus=session'], 'session'],
+  ])('%j connects to %s (the system bus by default, --bus otherwise)', async (argv, address) => {
     const s = setup();
-    await s.run('list');
-    expect(s.connectedTo()).toBe('system');
-    const t = setup();
-    await t.run('--bus', 'unix:path=/run/x', 'list');
-    expect(t.connectedTo()).toBe('unix:path=/run/x');
-    const u = setup();
-    await u.run('list', '--bus=session');
-    expect(u.connectedTo()).toBe('session');
+    await s.run(...argv);
+    expect(s.connectedTo()).toBe(address);
   });
 
   it('maps failures to one line and the exit code, never a stack trace', async () => {

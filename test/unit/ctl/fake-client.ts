@@ -1,22 +1,18 @@
 import { DBusError } from 'dbus-next';
+import { machineFromProperties } from '../../../src/ctl/dbus-values.js';
+import { domainNameFor, machineObjectPath } from '../../../src/machine/names.js';
 import type { AgentEvent, AgentSignal, MachineInfo, ManagerInfo, Subscription, VmkeeperClient } from '../../../src/ctl/model.js';
 
 // An in-memory VmkeeperClient: tests set machines, script what a call does, and emit signals.
 
 export function machine(name: string, over: Partial<MachineInfo> = {}): MachineInfo {
   return {
+    ...machineFromProperties(machineObjectPath(name), {}),
     name,
-    path: `/org/vmkeeper1/machine/${name.replace(/[^A-Za-z0-9]/g, (c) => `_${c.charCodeAt(0).toString(16).padStart(2, '0')}`)}`,
     uuid: `uuid-${name}`,
-    domainName: `vmkeeper-${name}`,
+    domainName: domainNameFor(name),
     state: 'running',
     power: 'on',
-    createdAt: 0,
-    deletionTimestamp: 0,
-    shutdownRequestedAt: 0,
-    forceStopAt: 0,
-    gracePeriodSec: 0,
-    annotations: {},
     spec: '{}',
     resourceVersion: 1,
     ...over,

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { runCli } from '../../../src/ctl/cli.js';
 import { captureIo } from '../../../src/ctl/io.js';
+import type { AgentSignal } from '../../../src/ctl/model.js';
 import { FakeClock, flushMicrotasks } from '../../../src/lifecycle/fake-clock.js';
 import { FakeClient, machine } from './fake-client.js';
 
@@ -137,16 +138,17 @@ describe('delete --wait', () => {
     expect(s.clock.pendingTimers).toBe(0);
   });
 
-  it('fails with exit 8 when the agent goes away or the bus connection breaks', async () => {
-    for (const signal of [{ kind: 'agent-gone' as const }, { kind: 'disconnected' as const, reason: 'the bus closed the connection' }]) {
-      const s = setup();
-      deletesWithDeadline(s, 30);
-      const done = s.run('delete', 'web-1', '--wait');
-      await flushMicrotasks();
-      s.client.emit(signal);
-      expect(await done).toBe(8);
-      expect(s.io.stderr).toMatch(signal.kind === 'agent-gone' ? /vmkeeperd went away \(agent disconnected\) before the machine to be removed/ : /lost the D-Bus connection \(the bus closed the connection\)/);
-    }
+  it.each<[AgentSignal, RegExp]>([
+    [{ kind: 'agent-gone' }, /vmkeeperd went away \(agent disconnected\) before the machine to be removed/],
+    [{ kind: 'disconnected', reason: 'the bus closed the connection' }, /lost the D-Bus connection \(the bus closed the connection\)/],
+  ])('fails with exit 8 on %j (the agent goes away, the bus connection breaks)', async (signal, message) => {
+    const s = setup();
+    deletesWithDeadline(s, 30);
+    const done = s.run('delete', 'web-1', '--wait');
+    await flushMicrotasks();
+    s.client.emit(signal);
+    expect(await done).toBe(8);
+    expect(s.io.stderr).toMatch(message);
   });
 
   it('exits 130 when interrupted', async () => {
