@@ -59,8 +59,7 @@ async function main(): Promise<number> {
   const { agent } = daemon;
   const clock = systemClock;
   const status = new StatusReporter({ api: agent.service, notifier, clock, lastSweepAt: () => agent.sweeper.lastSweepAt });
-  const destroyTimeoutMs = live.libvirt.callTimeoutSec * 1000;
-  let lastExtendAt = 0;
+  const callTimeoutMs = live.libvirt.callTimeoutSec * 1000; // also bounds each destroy at host shutdown
   const hostShutdown = new HostShutdownHandler({
     // logind and systemd are asked only when systemd runs us (not in development or tests).
     platform: underSystemd(process.env) ? new SystemBusHostPlatform({ logger }) : undefined,
@@ -69,15 +68,9 @@ async function main(): Promise<number> {
     clock,
     logger,
     settings: () => ({ ...live.hostShutdown, retryIntervalMs: live.machines.shutdownRetryIntervalSec * 1000 }),
-    destroyTimeoutMs,
-    onProgress: (p) => {
-      const left = Math.max(0, p.deadlineAt - clock.now());
-      status.setOverride(`host shutdown: ${p.stillRunning} of ${p.total} guests still running, destroy in ${Math.ceil(left / 1000)}s`);
-      if (clock.now() - lastExtendAt >= 5000) {
-        lastExtendAt = clock.now();
-        notifier.extendTimeout(left + destroyTimeoutMs + 15_000);
-      }
-    },
+    destroyTimeoutMs: callTimeoutMs,
+    // systemd waits for the destroys at the deadline, plus some slack for our own stop.
+    onProgress: (p) => status.hostShutdownProgress(p, callTimeoutMs + 15_000),
   });
   await hostShutdown.start();
   const watchdog = new Watchdog({
@@ -87,7 +80,7 @@ async function main(): Promise<number> {
     thresholds: healthThresholds({
       watchdogMs: notifier.watchdogIntervalMs,
       sweepIntervalMs: live.machines.sweepIntervalSec * 1000,
-      callTimeoutMs: live.libvirt.callTimeoutSec * 1000,
+      callTimeoutMs,
     }),
     lastSweepAt: () => agent.sweeper.lastSweepAt,
     busProbe: busSelfCall(daemon.bus, BUS_NAME),

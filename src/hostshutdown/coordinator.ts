@@ -3,6 +3,7 @@ import { Semaphore } from '../lifecycle/semaphore.js';
 import type { Logger } from '../logging/logger.js';
 import { describeError } from '../machine/errors.js';
 import type { DomainRunState, Hypervisor } from '../hypervisor/port.js';
+import { withCallTimeout } from '../hypervisor/libvirt/call-timeout.js';
 
 // Host shutdown: every running guest of ours gets an ACPI shutdown at once (bounded
 // parallelism), again every retry interval, and whatever still runs at the deadline is
@@ -55,8 +56,6 @@ export interface HostShutdownReport {
 
 const isActive = (s: DomainRunState | undefined) => s !== undefined && s !== 'shutoff' && s !== 'crashed';
 
-class Timeout extends Error {}
-
 export class HostShutdownCoordinator {
   private runPromise: Promise<HostShutdownReport> | undefined;
   private readonly limiter: Semaphore;
@@ -67,10 +66,6 @@ export class HostShutdownCoordinator {
     this.limiter = new Semaphore(Math.max(1, o.parallelism));
     this.pollMs = o.pollIntervalMs ?? 500;
     this.destroyTimeoutMs = o.destroyTimeoutMs ?? 30_000;
-  }
-
-  get started(): boolean {
-    return this.runPromise !== undefined;
   }
 
   /** Starts the host shutdown once; later calls return the same run. */
@@ -85,13 +80,12 @@ export class HostShutdownCoordinator {
     const deadlineAt = startedAt + this.o.timeoutMs;
     const pending = new Map<string, { requests: number }>();
     const outcomes: GuestOutcome[] = [];
-    const seen = new Set<string>();
 
     // The first listing decides which guests are ours to stop; libvirt may be slow or down.
     let listed: Awaited<ReturnType<Hypervisor['listDomains']>> | undefined;
     while (!listed) {
       try {
-        listed = await this.bounded(this.o.hypervisor.listDomains(), Math.max(1, deadlineAt - clock.now()));
+        listed = await this.bounded('listDomains', () => this.o.hypervisor.listDomains(), Math.max(1, deadlineAt - clock.now()));
       } catch (err) {
         if (clock.now() >= deadlineAt) {
           logger.error(`host shutdown: cannot list guests (${describeError(err)}); giving up at the deadline`);
@@ -102,7 +96,6 @@ export class HostShutdownCoordinator {
       }
     }
     for (const d of listed) if (isActive(d.state)) pending.set(d.name, { requests: 0 });
-    for (const name of pending.keys()) seen.add(name);
     const total = pending.size;
     logger.info(`host shutdown: ${total} running guests get an ACPI shutdown; destroy at ${this.o.timeoutMs / 1000}s`, {
       guests: [...pending.keys()].join(','),
@@ -114,7 +107,7 @@ export class HostShutdownCoordinator {
       await Promise.all([...pending.entries()].map(([name, g]) => this.limiter.run(async () => {
         if (!pending.has(name)) return;
         try {
-          await this.bounded(this.o.hypervisor.shutdownDomain(name), this.destroyTimeoutMs);
+          await this.bounded('shutdownDomain', () => this.o.hypervisor.shutdownDomain(name));
           g.requests++;
           logger.info(`host shutdown: ${again ? 'ACPI shutdown sent again to' : 'ACPI shutdown sent to'} ${name}`);
         } catch (err) {
@@ -126,7 +119,7 @@ export class HostShutdownCoordinator {
     const markOff = async () => {
       let domains;
       try {
-        domains = await this.bounded(this.o.hypervisor.listDomains(), this.destroyTimeoutMs);
+        domains = await this.bounded('listDomains', () => this.o.hypervisor.listDomains());
       } catch (err) {
         logger.warn(`host shutdown: listing guests failed: ${describeError(err)}`);
         return;
@@ -171,7 +164,7 @@ export class HostShutdownCoordinator {
       await Promise.all([...pending.entries()].map(([name, g]) => this.limiter.run(async () => {
         const issued = clock.now();
         try {
-          await this.bounded(this.o.hypervisor.destroyDomain(name), this.destroyTimeoutMs);
+          await this.bounded('destroyDomain', () => this.o.hypervisor.destroyDomain(name));
           pending.delete(name);
           const afterMs = clock.now() - startedAt;
           outcomes.push({ domain: name, outcome: 'destroyed', afterMs, shutdownRequests: g.requests });
@@ -202,13 +195,8 @@ export class HostShutdownCoordinator {
     };
   }
 
-  /** Races a libvirt call against the clock. */
-  private bounded<T>(p: Promise<T>, ms: number): Promise<T> {
-    const ac = new AbortController();
-    const timer = this.o.clock.sleep(ms, ac.signal).then(() => {
-      throw new Timeout(`libvirt call took longer than ${ms} ms`);
-    });
-    timer.catch(() => undefined);
-    return Promise.race([p, timer]).finally(() => ac.abort());
+  /** A libvirt call bounded on the clock (a hung qemu must not hold the host shutdown). */
+  private bounded<T>(op: string, call: () => Promise<T>, ms = this.destroyTimeoutMs): Promise<T> {
+    return withCallTimeout(this.o.clock, ms, op, call);
   }
 }

@@ -45,14 +45,10 @@ const WHY = 'Shutting down virtual machines';
 export class HostShutdownHandler {
   private lock: InhibitorLock | undefined;
   private prepareSeen = false;
-  private run: { coordinator: HostShutdownCoordinator; abort: AbortController; promise: Promise<HostShutdownReport> } | undefined;
+  private run: { abort: AbortController; promise: Promise<HostShutdownReport> } | undefined;
   private stopped = false;
 
   constructor(private readonly o: HostShutdownHandlerOptions) {}
-
-  get inProgress(): boolean {
-    return this.run !== undefined;
-  }
 
   /** Takes the delay lock and listens for PrepareForShutdown; failures only cost the head start. */
   async start(): Promise<void> {
@@ -148,7 +144,7 @@ export class HostShutdownHandler {
     });
     // Guests down: let logind go on at once instead of waiting out InhibitDelayMaxSec.
     const promise = coordinator.run().finally(() => abort.signal.aborted || this.releaseLock());
-    this.run = { coordinator, abort, promise };
+    this.run = { abort, promise };
     return this.run.promise;
   }
 

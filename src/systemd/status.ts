@@ -1,4 +1,6 @@
+import type { HostShutdownProgress } from '../hostshutdown/coordinator.js';
 import type { Clock, TimerHandle } from '../lifecycle/clock.js';
+import { PeriodicTask } from '../lifecycle/timers.js';
 import { isDeleting, type MachineRecord } from '../machine/record.js';
 import type { MachineApi, ManagerInfo } from '../service/api.js';
 import type { Notifier } from './notifier.js';
@@ -47,15 +49,23 @@ export interface StatusReporterOptions {
   refreshMs?: number;
 }
 
+const API_EVENTS = ['machineAdded', 'machineChanged', 'machineRemoved', 'infoChanged'] as const;
+
 /** Keeps STATUS= current: on every machine or manager change (debounced) and periodically. */
 export class StatusReporter {
   private debounce: TimerHandle | undefined;
-  private refresh: TimerHandle | undefined;
+  private readonly refresh: PeriodicTask;
   private running = false;
   private override: string | undefined;
+  private lastExtendAt = 0;
   private readonly onChange = () => this.schedule();
 
-  constructor(private readonly o: StatusReporterOptions) {}
+  constructor(private readonly o: StatusReporterOptions) {
+    // A throwing flush is a bug: rethrown, it ends the process as an uncaught error would.
+    this.refresh = new PeriodicTask(o.clock, o.refreshMs ?? 5000, async () => this.flush(), (err) => {
+      throw err;
+    });
+  }
 
   current(): string {
     const base = formatStatus({ info: this.o.api.info(), records: this.o.api.list(), lastSweepAt: this.o.lastSweepAt() });
@@ -65,8 +75,9 @@ export class StatusReporter {
   start(): void {
     if (this.running) return;
     this.running = true;
-    for (const e of ['machineAdded', 'machineChanged', 'machineRemoved', 'infoChanged'] as const) this.o.api.on(e, this.onChange);
-    this.tick();
+    for (const e of API_EVENTS) this.o.api.on(e, this.onChange);
+    this.flush();
+    this.refresh.start();
   }
 
   /** A prefix such as "host shutdown: 2 of 4 guests still running" shown until cleared. */
@@ -75,16 +86,30 @@ export class StatusReporter {
     this.flush();
   }
 
-  flush(): void {
-    if (this.running) this.o.notifier.status(this.current());
+  /**
+   * A host shutdown's progress: shown as the prefix, and systemd's stop timeout pushed (at most
+   * every 5 s) to the destroy deadline plus marginMs, so systemd does not kill us mid-destroy.
+   */
+  hostShutdownProgress(p: HostShutdownProgress, marginMs: number): void {
+    const now = this.o.clock.now();
+    const left = Math.max(0, p.deadlineAt - now);
+    this.setOverride(`host shutdown: ${p.stillRunning} of ${p.total} guests still running, destroy in ${Math.ceil(left / 1000)}s`);
+    if (now - this.lastExtendAt >= 5000) {
+      this.lastExtendAt = now;
+      this.o.notifier.extendTimeout(left + marginMs);
+    }
   }
 
   stop(): void {
     if (!this.running) return;
     this.running = false;
-    for (const e of ['machineAdded', 'machineChanged', 'machineRemoved', 'infoChanged'] as const) this.o.api.off(e, this.onChange);
+    for (const e of API_EVENTS) this.o.api.off(e, this.onChange);
     this.debounce?.cancel();
-    this.refresh?.cancel();
+    this.refresh.stop();
+  }
+
+  private flush(): void {
+    if (this.running) this.o.notifier.status(this.current());
   }
 
   private schedule(): void {
@@ -93,10 +118,5 @@ export class StatusReporter {
       this.debounce = undefined;
       this.flush();
     });
-  }
-
-  private tick(): void {
-    this.flush();
-    this.refresh = this.o.clock.setTimer(this.o.refreshMs ?? 5000, () => this.running && this.tick());
   }
 }

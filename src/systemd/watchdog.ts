@@ -1,4 +1,5 @@
-import type { Clock, TimerHandle } from '../lifecycle/clock.js';
+import type { Clock } from '../lifecycle/clock.js';
+import { PeriodicTask } from '../lifecycle/timers.js';
 import type { Logger } from '../logging/logger.js';
 import { describeError } from '../machine/errors.js';
 import type { Notifier } from './notifier.js';
@@ -70,7 +71,7 @@ export interface WatchdogOptions {
 }
 
 export class Watchdog {
-  private timer: TimerHandle | undefined;
+  private readonly pings: PeriodicTask;
   private startedAt = 0;
   private expectedAt = 0;
   private lastBusAnswerAt: number | undefined;
@@ -82,6 +83,10 @@ export class Watchdog {
   constructor(private readonly o: WatchdogOptions) {
     this.pingIntervalMs = o.notifier.watchdogIntervalMs / 2;
     if (o.busProbe) this.lastBusAnswerAt = 0;
+    // A throwing check is a bug: rethrown, it ends the process as an uncaught error would.
+    this.pings = new PeriodicTask(o.clock, this.pingIntervalMs, async () => this.tick(), (err) => {
+      throw err;
+    });
   }
 
   get enabled(): boolean {
@@ -89,11 +94,12 @@ export class Watchdog {
   }
 
   start(): void {
-    if (!this.enabled || this.timer) return;
+    if (!this.enabled || this.startedAt) return;
     this.startedAt = this.o.clock.now();
     this.o.logger.info(`watchdog: pinging every ${this.pingIntervalMs} ms while healthy`);
     this.probe();
     this.tick(true);
+    this.pings.start();
   }
 
   /** From now on only the event loop counts. */
@@ -102,8 +108,7 @@ export class Watchdog {
   }
 
   stop(): void {
-    this.timer?.cancel();
-    this.timer = undefined;
+    this.pings.stop();
   }
 
   /** One health check (exported for tests and logs). */
@@ -132,8 +137,7 @@ export class Watchdog {
       this.lastProblems = text;
     }
     if (!this.stopping) this.probe();
-    this.expectedAt = now + this.pingIntervalMs;
-    this.timer = this.o.clock.setTimer(this.pingIntervalMs, () => this.tick());
+    this.expectedAt = now + this.pingIntervalMs; // when the next tick is due (PeriodicTask times it from here)
   }
 
   private probe(): void {

@@ -55,7 +55,7 @@ const shq = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /** The Debian mirror the host uses (deb822 .sources first, then one-line lists). */
-export async function hostDebianMirror(): Promise<string> {
+async function hostDebianMirror(): Promise<string> {
   const files: string[] = [];
   const dir = '/etc/apt/sources.list.d';
   for (const f of (await fs.readdir(dir).catch(() => [] as string[])).sort()) files.push(path.join(dir, f));
@@ -308,8 +308,9 @@ export async function bootContainer(opts: BootOptions): Promise<BootedContainer>
     async poweroff(timeoutMs = 120_000) {
       if (exited) return;
       await exec(['systemctl', 'poweroff', '--no-block'], { timeoutMs: 10_000 });
-      const timer = sleep(timeoutMs).then(() => 'timeout' as const);
-      const r = await Promise.race([exitPromise.then(() => 'exited' as const), timer]);
+      let timer: NodeJS.Timeout | undefined;
+      const timeout = new Promise<'timeout'>((resolve) => (timer = setTimeout(() => resolve('timeout'), timeoutMs)));
+      const r = await Promise.race([exitPromise.then(() => 'exited' as const), timeout]).finally(() => clearTimeout(timer));
       if (r === 'timeout') throw new Error(`container ${opts.name} did not power off within ${timeoutMs} ms`);
     },
     async stop() {

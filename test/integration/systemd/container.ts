@@ -11,8 +11,8 @@ import { bootContainer, ensureDebianRoot, NSPAWN_CACHE_DIR, type BootedContainer
 import { ensureGuestImages, GUEST_CACHE_DIR, READY_LINE, REPO_ROOT, waitForSerialLine } from '../../support/guest-images.js';
 import { waitFor } from '../../support/wait.js';
 
-export const SYSTEMD_TEST_PACKAGES = ['libvirt-clients', 'libvirt-daemon-driver-qemu', 'libvirt-daemon-system', 'qemu-system-x86', 'qemu-utils'];
-export const IMAGES = '/srv/guest-images';
+const SYSTEMD_TEST_PACKAGES = ['libvirt-clients', 'libvirt-daemon-driver-qemu', 'libvirt-daemon-system', 'qemu-system-x86', 'qemu-utils'];
+const IMAGES = '/srv/guest-images';
 export const isRoot = process.getuid?.() === 0;
 
 export interface AgentContainerOptions {
@@ -36,7 +36,7 @@ export interface AgentContainer {
   stop(): Promise<void>;
 }
 
-export async function buildTree(): Promise<void> {
+async function buildTree(): Promise<void> {
   await fs.access(path.join(REPO_ROOT, 'dist', 'main.js')).catch(() => {
     throw new Error('dist/main.js missing: run `npm run build` first');
   });

@@ -69,7 +69,7 @@ const running = (name: string) => h.hv.stateOf(domainNameFor(name)) === 'running
 async function finish<T>(p: Promise<T>): Promise<T> {
   let done = false;
   void p.finally(() => (done = true));
-  for (let i = 0; !done && i < 1000; i++) await h.clock.advance(100);
+  await h.advanceUntil(() => done, 100_000);
   return p;
 }
 

@@ -44,4 +44,22 @@ describe('StatusReporter', () => {
     expect(sent.at(-1)).toMatch(/^STATUS=host shutdown: 1 of 1 guests still running \| running: /);
     r.stop();
   });
+
+  it('host shutdown progress: shown in STATUS=, and the stop timeout extended at most every 5 s', async () => {
+    h = await new Harness().start();
+    const sent: string[] = [];
+    const r = new StatusReporter({ api: h.service, notifier: notifierFrom((s) => sent.push(s), 0), clock: h.clock, lastSweepAt: () => 0 });
+    r.start();
+    const deadlineAt = h.clock.now() + 30_000;
+    r.hostShutdownProgress({ total: 2, stillRunning: 2, elapsedMs: 0, deadlineAt }, 1000);
+    expect(sent.at(-2)).toMatch(/^STATUS=host shutdown: 2 of 2 guests still running, destroy in 30s \| running: /);
+    expect(sent.at(-1)).toBe('EXTEND_TIMEOUT_USEC=31000000');
+    await h.clock.advance(4000);
+    r.hostShutdownProgress({ total: 2, stillRunning: 1, elapsedMs: 4000, deadlineAt }, 1000);
+    expect(sent.at(-1)).toMatch(/^STATUS=host shutdown: 1 of 2 guests still running, destroy in 26s/);
+    await h.clock.advance(1000);
+    r.hostShutdownProgress({ total: 2, stillRunning: 1, elapsedMs: 5000, deadlineAt }, 1000);
+    expect(sent.filter((s) => s.startsWith('EXTEND_TIMEOUT_USEC='))).toEqual(['EXTEND_TIMEOUT_USEC=31000000', 'EXTEND_TIMEOUT_USEC=26000000']);
+    r.stop();
+  });
 });
