@@ -1,4 +1,6 @@
 import { Message, NameFlag, RequestNameReply, type MessageBus } from 'dbus-next';
+import { systemClock } from '../lifecycle/clock.js';
+import { withTimeout } from '../lifecycle/with-timeout.js';
 import type { Logger } from '../logging/logger.js';
 import { describeError } from '../machine/errors.js';
 import { MACHINE_PATH_PREFIX, MANAGER_PATH, machineObjectPath } from '../machine/names.js';
@@ -78,7 +80,7 @@ export class DBusService {
     this.teardown();
     if (!owned) return;
     try {
-      await withTimeout(this.bus.releaseName(this.busName), RELEASE_TIMEOUT_MS);
+      await withTimeout(systemClock, RELEASE_TIMEOUT_MS, () => this.bus.releaseName(this.busName), () => new Error(`no reply within ${RELEASE_TIMEOUT_MS} ms`));
     } catch (err) {
       this.logger.warn('could not release D-Bus name', { name: this.busName, error: describeError(err) });
     }
@@ -228,12 +230,4 @@ function dropSendsAfterClose(bus: MessageBus, logger: Logger): void {
 // `interfaces.length` on a plain object), so only ever unexport whole paths.
 function unexportPath(bus: MessageBus, path: string): void {
   (bus.unexport as (path: string) => void).call(bus, path);
-}
-
-function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`no reply within ${ms} ms`)), ms);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }

@@ -2,7 +2,7 @@ import type { Clock } from '../lifecycle/clock.js';
 import { Semaphore } from '../lifecycle/semaphore.js';
 import type { Logger } from '../logging/logger.js';
 import { describeError } from '../machine/errors.js';
-import type { DomainRunState, Hypervisor } from '../hypervisor/port.js';
+import { isDomainActive, type Hypervisor } from '../hypervisor/port.js';
 import { withCallTimeout } from '../hypervisor/libvirt/call-timeout.js';
 
 // Host shutdown: every running guest of ours gets an ACPI shutdown at once (bounded
@@ -54,7 +54,6 @@ export interface HostShutdownReport {
   leftRunning: number;
 }
 
-const isActive = (s: DomainRunState | undefined) => s !== undefined && s !== 'shutoff' && s !== 'crashed';
 
 export class HostShutdownCoordinator {
   private runPromise: Promise<HostShutdownReport> | undefined;
@@ -95,7 +94,7 @@ export class HostShutdownCoordinator {
         await clock.sleep(Math.min(this.pollMs, deadlineAt - clock.now()));
       }
     }
-    for (const d of listed) if (isActive(d.state)) pending.set(d.name, { requests: 0 });
+    for (const d of listed) if (isDomainActive(d.state)) pending.set(d.name, { requests: 0 });
     const total = pending.size;
     logger.info(`host shutdown: ${total} running guests get an ACPI shutdown; destroy at ${this.o.timeoutMs / 1000}s`, {
       guests: [...pending.keys()].join(','),
@@ -124,7 +123,7 @@ export class HostShutdownCoordinator {
         logger.warn(`host shutdown: listing guests failed: ${describeError(err)}`);
         return;
       }
-      const active = new Set(domains.filter((d) => isActive(d.state)).map((d) => d.name));
+      const active = new Set(domains.filter((d) => isDomainActive(d.state)).map((d) => d.name));
       for (const [name, g] of pending) {
         if (active.has(name)) continue;
         pending.delete(name);

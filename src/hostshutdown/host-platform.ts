@@ -1,6 +1,8 @@
 import { spawn } from 'node:child_process';
 import { closeSync } from 'node:fs';
 import { Message, MessageType, sessionBus, systemBus, type MessageBus } from 'dbus-next';
+import { systemClock } from '../lifecycle/clock.js';
+import { withTimeout } from '../lifecycle/with-timeout.js';
 import type { Logger } from '../logging/logger.js';
 import { describeError } from '../machine/errors.js';
 
@@ -128,17 +130,10 @@ export class SystemBusHostPlatform implements HostPlatform {
 
   private async call(msg: Message): Promise<Message> {
     const bus = await this.connect();
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`${msg.member} got no answer within ${this.timeoutMs} ms`)), this.timeoutMs);
-    });
-    try {
-      const reply = await Promise.race([bus.call(msg), timeout]);
-      if (!reply) throw new Error(`${msg.member}: no reply`);
-      return reply;
-    } finally {
-      clearTimeout(timer);
-    }
+    const reply = await withTimeout(systemClock, this.timeoutMs, () => bus.call(msg),
+      () => new Error(`${msg.member} got no answer within ${this.timeoutMs} ms`));
+    if (!reply) throw new Error(`${msg.member}: no reply`);
+    return reply;
   }
 
   private inhibitWithChild(who: string, why: string): Promise<InhibitorLock> {

@@ -4,6 +4,9 @@
 
 export type DomainRunState = 'running' | 'paused' | 'shutoff' | 'crashed' | 'other';
 
+/** Whether a qemu process still exists for the domain (paused and shutting-down count). */
+export const isDomainActive = (s: DomainRunState | undefined): boolean => s !== undefined && s !== 'shutoff' && s !== 'crashed';
+
 export interface DomainSummary {
   /** Libvirt domain name. */
   name: string;

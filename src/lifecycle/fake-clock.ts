@@ -29,11 +29,16 @@ export class FakeClock implements Clock {
   sleep(ms: number, signal?: AbortSignal): Promise<void> {
     return new Promise((resolve, reject) => {
       if (signal?.aborted) return reject(signal.reason);
-      const handle = this.setTimer(ms, resolve);
-      signal?.addEventListener('abort', () => {
+      const onAbort = () => {
         handle.cancel();
-        reject(signal.reason);
-      }, { once: true });
+        reject(signal!.reason);
+      };
+      // Like the system clock: the listener goes when the sleep ends, so a reused signal never piles them up.
+      const handle = this.setTimer(ms, () => {
+        signal?.removeEventListener('abort', onAbort);
+        resolve();
+      });
+      signal?.addEventListener('abort', onAbort, { once: true });
     });
   }
 

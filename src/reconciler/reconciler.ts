@@ -7,7 +7,7 @@ import type { Logger } from '../logging/logger.js';
 import { describeError } from '../machine/errors.js';
 import { machineNameFromDomain } from '../machine/names.js';
 import { isShuttingDown, type MachineRecord, type MachineState } from '../machine/record.js';
-import type { Hypervisor } from '../hypervisor/port.js';
+import { isDomainActive, type Hypervisor } from '../hypervisor/port.js';
 import type { MachineRecords } from '../service/machine-records.js';
 import type { DomainObserver, DomainSnapshot } from './domain-observer.js';
 import type { DomainProvisioner } from './domain-provisioner.js';
@@ -109,7 +109,7 @@ export class Reconciler {
       });
       domain = { name: record.domainName, uuid: record.uuid, state: 'shutoff' };
     }
-    const active = domain.state === 'running' || domain.state === 'paused' || domain.state === 'other';
+    const active = isDomainActive(domain.state);
     if (record.spec.power === 'on' && !active) {
       await this.o.hypervisor.startDomain(record.domainName);
       this.o.records.event(name, 'normal', 'Started', `domain ${record.domainName} started`);

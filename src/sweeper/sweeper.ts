@@ -7,7 +7,7 @@ import type { Logger } from '../logging/logger.js';
 import { describeError } from '../machine/errors.js';
 import { machineNameFromDomain } from '../machine/names.js';
 import { DOMAIN_FINALIZER, isDeleting, isShuttingDown, type MachineRecord } from '../machine/record.js';
-import type { DomainRunState, Hypervisor } from '../hypervisor/port.js';
+import { isDomainActive, type Hypervisor } from '../hypervisor/port.js';
 import type { DomainObserver, DomainSnapshot } from '../reconciler/domain-observer.js';
 import type { DomainProvisioner } from '../reconciler/domain-provisioner.js';
 import type { MachineRecords } from '../service/machine-records.js';
@@ -31,7 +31,6 @@ export interface SweepStats {
   durationMs: number;
 }
 
-const isActive = (s: DomainRunState | undefined) => s !== undefined && s !== 'shutoff' && s !== 'crashed';
 
 /**
  * Owns every machine being deleted or powered off: presses the power button, presses it again,
@@ -137,9 +136,9 @@ export class Sweeper {
     const name = record.name;
     const observed = this.o.observer().domain(record.domainName)?.state;
     // Confirm "off" with a fresh query before acting on it: the snapshot may be a poll old.
-    const state = isActive(observed) ? observed : await this.o.hypervisor.domainState(record.domainName);
+    const state = isDomainActive(observed) ? observed : await this.o.hypervisor.domainState(record.domainName);
     const now = this.o.clock.now();
-    const step = nextShutdownStep(record, isActive(state), now, this.o.shutdownRetryIntervalMs);
+    const step = nextShutdownStep(record, isDomainActive(state), now, this.o.shutdownRetryIntervalMs);
     switch (step.kind) {
       case 'wait':
         this.schedule(name, step.until);

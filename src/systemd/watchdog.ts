@@ -1,5 +1,6 @@
 import type { Clock } from '../lifecycle/clock.js';
 import { PeriodicTask } from '../lifecycle/timers.js';
+import { withTimeout } from '../lifecycle/with-timeout.js';
 import type { Logger } from '../logging/logger.js';
 import { describeError } from '../machine/errors.js';
 import type { Notifier } from './notifier.js';
@@ -145,19 +146,13 @@ export class Watchdog {
     if (!busProbe || this.probing) return;
     this.probing = true;
     const timeoutMs = this.o.probeTimeoutMs ?? 5000;
-    const ac = new AbortController();
-    const timeout = this.o.clock.sleep(timeoutMs, ac.signal).then(() => {
-      throw new Error(`no answer within ${timeoutMs} ms`);
-    });
-    Promise.race([busProbe(), timeout])
+    void withTimeout(this.o.clock, timeoutMs, busProbe, () => new Error(`no answer within ${timeoutMs} ms`))
       .then(() => {
         this.lastBusAnswerAt = this.o.clock.now();
       })
       .catch((err) => this.o.logger.warn(`watchdog: D-Bus self-call failed: ${describeError(err)}`))
       .finally(() => {
-        ac.abort();
         this.probing = false;
       });
-    timeout.catch(() => undefined);
   }
 }

@@ -1,4 +1,5 @@
 import type { Clock } from '../../lifecycle/clock.js';
+import { withTimeout } from '../../lifecycle/with-timeout.js';
 import { AgentError } from '../../machine/errors.js';
 
 // A hung libvirtd never answers: every native call races a timer on the injected clock, so a
@@ -12,29 +13,5 @@ export class CallTimeoutError extends AgentError {
 
 /** Settles like call, or rejects with CallTimeoutError after timeoutMs (the call itself is abandoned). */
 export function withCallTimeout<T>(clock: Clock, timeoutMs: number, op: string, call: () => Promise<T>): Promise<T> {
-  return new Promise<T>((resolve, reject) => {
-    let settled = false;
-    const timer = clock.setTimer(timeoutMs, () => {
-      if (settled) return;
-      settled = true;
-      reject(new CallTimeoutError(op, timeoutMs));
-    });
-    const finish = (fn: () => void) => {
-      if (settled) return;
-      settled = true;
-      timer.cancel();
-      fn();
-    };
-    let pending: Promise<T>;
-    try {
-      pending = call();
-    } catch (err) {
-      finish(() => reject(err));
-      return;
-    }
-    pending.then(
-      (value) => finish(() => resolve(value)),
-      (err) => finish(() => reject(err)),
-    );
-  });
+  return withTimeout(clock, timeoutMs, call, () => new CallTimeoutError(op, timeoutMs));
 }
