@@ -1,4 +1,4 @@
-// Shared helpers for the benchmarks: percentiles and a plain report line.
+// Shared helpers for the benchmarks: percentiles and a plain report line (waiting: test/support/wait.ts).
 
 export function percentile(values: number[], p: number): number {
   if (values.length === 0) return NaN;
@@ -10,12 +10,4 @@ export function percentile(values: number[], p: number): number {
 export function summary(label: string, values: number[], unit = 'ms'): string {
   const f = (n: number) => (Number.isInteger(n) ? String(n) : n.toFixed(2));
   return `${label}: n=${values.length} p50=${f(percentile(values, 50))}${unit} p99=${f(percentile(values, 99))}${unit} max=${f(Math.max(...values))}${unit}`;
-}
-
-export async function waitFor(predicate: () => boolean, timeoutMs: number, what: string, intervalMs = 5): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!predicate()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, intervalMs));
-  }
 }

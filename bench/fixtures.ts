@@ -6,45 +6,57 @@ import { randomUUID } from 'node:crypto';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { RECORD_API_VERSION, newStatus } from '../src/machine/record.js';
+import { DOMAIN_FINALIZER, RECORD_API_VERSION, newStatus, type MachineRecord } from '../src/machine/record.js';
+import { domainNameFor } from '../src/machine/names.js';
 import { spawnAgent, type AgentProcess } from '../test/support/agent-process.js';
 import { startSessionBus, type PrivateBus } from '../test/support/dbus-daemon.js';
 
 export const machineName = (i: number) => `vm-${String(i).padStart(5, '0')}`;
 
+/** A settled record as the agent stores it (one write after creation, domain defined). */
+export function settledRecord(name: string, uuid: string, r: Pick<MachineRecord, 'annotations' | 'spec' | 'status'>): MachineRecord {
+  return {
+    apiVersion: RECORD_API_VERSION,
+    name,
+    uuid,
+    domainName: domainNameFor(name),
+    createdAt: Date.now(),
+    deletionTimestamp: 0,
+    deletionGracePeriodSec: 0,
+    resourceVersion: 1,
+    finalizers: [DOMAIN_FINALIZER],
+    ...r,
+  };
+}
+
+/** Writes each record to DIR/<name>.json (created 0700) as the file store does, 500 at a time. */
+export async function writeRecordFiles(dir: string, records: MachineRecord[]): Promise<void> {
+  await mkdir(dir, { recursive: true, mode: 0o700 });
+  for (let i = 0; i < records.length; i += 500) {
+    await Promise.all(
+      records.slice(i, i + 500).map((record) =>
+        writeFile(path.join(dir, `${record.name}.json`), `${JSON.stringify(record, null, 2)}\n`, { mode: 0o600 }),
+      ),
+    );
+  }
+}
+
 export async function writeMachines(dir: string, count: number): Promise<{ stateDir: string; imageDir: string; uri: string }> {
   const stateDir = path.join(dir, 'state');
   const imageDir = path.join(dir, 'images');
-  const machines = path.join(stateDir, 'machines');
-  await mkdir(machines, { recursive: true, mode: 0o700 });
   await mkdir(imageDir, { recursive: true });
-  const domains: string[] = [];
-  for (let i = 0; i < count; i += 500) {
-    await Promise.all(
-      Array.from({ length: Math.min(500, count - i) }, (_, k) => {
-        const name = machineName(i + k);
-        const uuid = randomUUID();
-        domains.push(
-          `<domain type='test'><name>vmkeeper-${name}</name><uuid>${uuid}</uuid><memory>65536</memory><vcpu>1</vcpu><os><type>hvm</type></os><test:runstate>5</test:runstate></domain>`,
-        );
-        const record = {
-          apiVersion: RECORD_API_VERSION,
-          name,
-          uuid,
-          domainName: `vmkeeper-${name}`,
-          createdAt: Date.now(),
-          deletionTimestamp: 0,
-          deletionGracePeriodSec: 0,
-          resourceVersion: 1,
-          finalizers: ['vmkeeper/domain'],
-          annotations: { owner: 'bench' },
-          spec: { cpus: 1, memoryMiB: 64, domainType: 'qemu', boot: { kernel: `${imageDir}/vmlinuz` }, disks: [], nics: [], power: 'off', annotations: {} },
-          status: { ...newStatus(), state: 'stopped', domainDefined: true },
-        };
-        return writeFile(path.join(machines, `${name}.json`), `${JSON.stringify(record, null, 2)}\n`, { mode: 0o600 });
-      }),
-    );
-  }
+  const records = Array.from({ length: count }, (_, i) =>
+    settledRecord(machineName(i), randomUUID(), {
+      annotations: { owner: 'bench' },
+      spec: { cpus: 1, memoryMiB: 64, domainType: 'qemu', boot: { kernel: `${imageDir}/vmlinuz` }, disks: [], nics: [], power: 'off', annotations: {} },
+      status: { ...newStatus(), state: 'stopped', domainDefined: true },
+    }),
+  );
+  await writeRecordFiles(path.join(stateDir, 'machines'), records);
+  const domains = records.map(
+    (r) =>
+      `<domain type='test'><name>${r.domainName}</name><uuid>${r.uuid}</uuid><memory>65536</memory><vcpu>1</vcpu><os><type>hvm</type></os><test:runstate>5</test:runstate></domain>`,
+  );
   const nodeXml = path.join(dir, 'node.xml');
   await writeFile(nodeXml, `<node xmlns:test='http://libvirt.org/schemas/domain/test/1.0'>\n${domains.join('\n')}\n</node>\n`);
   return { stateDir, imageDir, uri: `test://${nodeXml}` };

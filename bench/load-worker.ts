@@ -3,6 +3,7 @@
 // Usage: node --import tsx bench/load-worker.ts <bus address> <clients> <durationMs> <workerId>
 import { DBusError, Message, type MessageBus } from 'dbus-next';
 import { connectBus } from '../src/dbus/bus-address.js';
+import { machineObjectPath } from '../src/machine/names.js';
 
 export interface WorkerResult {
   worker: string;
@@ -15,7 +16,6 @@ const [address, clientsArg, durationArg, worker = '0'] = process.argv.slice(2);
 const CLIENTS = Number(clientsArg ?? 50);
 const DURATION = Number(durationArg ?? 20_000);
 const SPEC = JSON.stringify({ cpus: 1, memoryMiB: 64, disks: [{ name: 'root', sizeGiB: 1 }], power: 'off' });
-const escape = (n: string) => n.replace(/-/g, '_2d');
 
 async function call(bus: MessageBus, path: string, iface: string, member: string, signature = '', body: unknown[] = []): Promise<unknown[]> {
   const reply = await bus.call(new Message({ destination: 'org.vmkeeper1', path, interface: iface, member, signature, body }));
@@ -51,7 +51,7 @@ async function main(): Promise<void> {
     while (Date.now() < deadline) {
       const r = Math.random();
       if (r < 0.3) await timed('GetMachine', () => call(bus, '/org/vmkeeper1', 'org.vmkeeper1.Manager', 'GetMachine', 's', [own]));
-      else if (r < 0.45) await timed('PropertyGet', () => call(bus, `/org/vmkeeper1/machine/${escape(own)}`, 'org.freedesktop.DBus.Properties', 'Get', 'ss', ['org.vmkeeper1.Machine', 'State']));
+      else if (r < 0.45) await timed('PropertyGet', () => call(bus, machineObjectPath(own), 'org.freedesktop.DBus.Properties', 'Get', 'ss', ['org.vmkeeper1.Machine', 'State']));
       else if (r < 0.6) await timed('DescribeMachine', () => call(bus, '/org/vmkeeper1', 'org.vmkeeper1.Manager', 'DescribeMachine', 's', [own]));
       else if (r < 0.7) await timed('ListMachines', () => call(bus, '/org/vmkeeper1', 'org.vmkeeper1.Manager', 'ListMachines'));
       else if (r < 0.75) await timed('ListEvents', () => call(bus, '/org/vmkeeper1', 'org.vmkeeper1.Manager', 'ListEvents'));

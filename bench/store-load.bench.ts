@@ -1,47 +1,34 @@
-import { mkdtemp, mkdir, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { silentLogger } from '../src/logging/logger.js';
-import { RECORD_API_VERSION, newStatus } from '../src/machine/record.js';
+import { newStatus } from '../src/machine/record.js';
 import { FileMachineStore } from '../src/store/file-store.js';
+import { machineName, settledRecord, writeRecordFiles } from './fixtures.js';
 
 // Start-up cost of the record store: how long load() takes for many machine files.
 // Run: npx tsx bench/store-load.bench.ts [count]
 
-export async function writeRecords(dir: string, count: number): Promise<void> {
-  await mkdir(dir, { recursive: true, mode: 0o700 });
-  const names = Array.from({ length: count }, (_, i) => `vm-${String(i).padStart(5, '0')}`);
-  for (let i = 0; i < names.length; i += 256) {
-    await Promise.all(
-      names.slice(i, i + 256).map((name) => {
-        const record = {
-          apiVersion: RECORD_API_VERSION,
-          name,
-          uuid: '6f1c1a52-3c1e-4b0e-9a8d-3f1f1b2c0a01',
-          domainName: `vmkeeper-${name}`,
-          createdAt: Date.now(),
-          deletionTimestamp: 0,
-          deletionGracePeriodSec: 0,
-          resourceVersion: 1,
-          finalizers: ['vmkeeper/domain'],
-          annotations: { owner: 'bench', team: 'storage' },
-          spec: {
-            cpus: 2,
-            memoryMiB: 1024,
-            domainType: 'qemu',
-            boot: { kernel: '/var/lib/vmkeeper/images/vmlinuz', cmdline: 'console=ttyS0 quiet' },
-            disks: [{ name: 'root', image: '/var/lib/vmkeeper/images/base.qcow2' }, { name: 'data', sizeGiB: 20 }],
-            nics: [{ name: 'eth0', network: 'default' }],
-            power: 'on',
-            annotations: {},
-          },
-          status: { ...newStatus(), state: 'running', domainDefined: true },
-        };
-        return writeFile(path.join(dir, `${name}.json`), `${JSON.stringify(record, null, 2)}\n`, { mode: 0o600 });
-      }),
-    );
-  }
+/** Running machines with a bigger spec than bench/fixtures.ts's (every field of a record in use). */
+function writeRecords(dir: string, count: number): Promise<void> {
+  const records = Array.from({ length: count }, (_, i) =>
+    settledRecord(machineName(i), '6f1c1a52-3c1e-4b0e-9a8d-3f1f1b2c0a01', {
+      annotations: { owner: 'bench', team: 'storage' },
+      spec: {
+        cpus: 2,
+        memoryMiB: 1024,
+        domainType: 'qemu',
+        boot: { kernel: '/var/lib/vmkeeper/images/vmlinuz', cmdline: 'console=ttyS0 quiet' },
+        disks: [{ name: 'root', image: '/var/lib/vmkeeper/images/base.qcow2' }, { name: 'data', sizeGiB: 20 }],
+        nics: [{ name: 'eth0', network: 'default' }],
+        power: 'on',
+        annotations: {},
+      },
+      status: { ...newStatus(), state: 'running', domainDefined: true },
+    }),
+  );
+  return writeRecordFiles(dir, records);
 }
 
 /** Writes count records to a temp dir, loads them with a fresh store, returns milliseconds. */

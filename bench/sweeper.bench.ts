@@ -15,7 +15,8 @@ import { silentLogger } from '../src/logging/logger.js';
 import { recordsDir } from '../src/machine/paths.js';
 import { domainNameFor } from '../src/machine/names.js';
 import { FileMachineStore } from '../src/store/file-store.js';
-import { summary, waitFor } from './common.js';
+import { waitFor } from '../test/support/wait.js';
+import { summary } from './common.js';
 
 const SPEC = JSON.stringify({ cpus: 1, memoryMiB: 128, disks: [{ name: 'root', sizeGiB: 1 }] });
 
@@ -35,7 +36,7 @@ async function makeAgent(stateDir: string, behaviour: 'obey' | 'ignore', tune?: 
 
 async function createRunning(agent: Agent, names: string[]) {
   for (const n of names) await agent.service.create(n, SPEC);
-  await waitFor(() => names.every((n) => agent.service.get(n).status.state === 'running'), 120_000, 'machines to run');
+  await waitFor(() => names.every((n) => agent.service.get(n).status.state === 'running'), { timeoutMs: 120_000, intervalMs: 5, what: 'machines to run' });
 }
 
 async function forceStopLateness(dir: string): Promise<void> {
@@ -45,7 +46,7 @@ async function forceStopLateness(dir: string): Promise<void> {
   // Deadlines spread over 2-4 s so they do not all fall in one millisecond.
   await Promise.all(names.map((n, i) => agent.service.delete(n, 2 + (i % 3))));
   const deadlines = new Map(names.map((n) => [n, agent.service.get(n).status.forceStopAt]));
-  await waitFor(() => agent.service.list().length === 0, 60_000, 'all deletions');
+  await waitFor(() => agent.service.list().length === 0, { timeoutMs: 60_000, intervalMs: 5, what: 'all deletions' });
   const forced = agent.service.events().filter((e) => e.reason === 'ForceStopped');
   const issued = forced.map((e) => Number(/issued (\d+) ms/.exec(e.message)![1]));
   console.log(summary('force-stop lateness: destroy issued after forceStopAt (200 ignoring guests, fake hypervisor, real clock, file store)', issued));
@@ -65,7 +66,7 @@ async function powerOffToGone(dir: string): Promise<void> {
   await waitFor(() => {
     for (const n of names) if (!offAt.has(n) && hv.stateOf(domainNameFor(n)) !== 'running') offAt.set(n, Date.now());
     return goneAt.size === names.length;
-  }, 60_000, 'records to go');
+  }, { timeoutMs: 60_000, intervalMs: 5, what: 'records to go' });
   console.log(summary('guest power-off to record gone (50 cooperating guests, poll interval 1 s)', names.map((n) => goneAt.get(n)! - offAt.get(n)!)));
   await agent.stop();
 }
@@ -75,7 +76,7 @@ async function sweepPassCost(dir: string): Promise<void> {
   const names = Array.from({ length: 10_000 }, (_, i) => `m-${String(i).padStart(5, '0')}`);
   const t0 = Date.now();
   await Promise.all(names.map((n) => agent.service.create(n, SPEC)));
-  await waitFor(() => names.every((n) => agent.records.get(n)?.status.state === 'running'), 600_000, '10,000 machines', 1000);
+  await waitFor(() => names.every((n) => agent.records.get(n)?.status.state === 'running'), { timeoutMs: 600_000, intervalMs: 1000, what: '10,000 machines' });
   console.log(`created 10,000 machines in ${Date.now() - t0} ms`);
   await Promise.all(names.slice(0, 100).map((n) => agent.service.delete(n, 3600)));
   await new Promise((r) => setTimeout(r, 500));

@@ -25,17 +25,9 @@ log() { printf '== %s\n' "$*"; }
 die() { printf 'build-packages: %s\n' "$*" >&2; exit 1; }
 
 # 1. Build tools from Debian's archive, when missing.
+. "$repo/scripts/lib/ensure-debian-packages.sh"
 need=(debhelper lintian rpm rpmlint pandoc libvirt-dev libsystemd-dev pkg-config python3 make g++ binutils file)
-missing=()
-for p in "${need[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  log "installing build tools: ${missing[*]}"
-  sudo_cmd=(); [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
-  "${sudo_cmd[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+ensure_debian_packages "== installing build tools" "${need[@]}"
 command -v node >/dev/null || die "Node.js 20 (the runtime the package carries) must be on the PATH"
 
 # 2. Version: package.json, and the changelog must have an entry for it.
@@ -104,7 +96,7 @@ cp -a "$tree" "$rpmsrc/vmkeeper-$version"
 tar -C "$rpmsrc" -czf "$rpmtop/SOURCES/vmkeeper-$version.tar.gz" "vmkeeper-$version"
 spec=$rpmtop/SPECS/vmkeeper.spec
 sed "s/@VERSION@/$version/" "$tree/packaging/rpm/vmkeeper.spec" > "$spec"
-python3 "$tree/packaging/changelog-to-rpm.sh" "$tree/packaging/changelog" 1 >> "$spec"
+python3 "$tree/packaging/changelog-to-rpm.py" "$tree/packaging/changelog" 1 >> "$spec"
 t0=$(date +%s)
 rpmbuild -bb --nodeps --define "_topdir $rpmtop" --define "_build_id_links none" "$spec" > "$build/rpm-build.log" 2>&1 || {
   tail -n 60 "$build/rpm-build.log" >&2; die "rpmbuild failed (log: $build/rpm-build.log)"; }

@@ -6,6 +6,7 @@
 # lockfile changed since the last install.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/ensure-debian-packages.sh
 purpose="${1:-run}"
 
 run_pkgs=(libvirt-dev libsystemd-dev pkg-config python3 make g++ qemu-utils dbus systemd)
@@ -14,16 +15,7 @@ test_pkgs=(libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients qemu-system
 pkgs=("${run_pkgs[@]}")
 [[ "$purpose" == test ]] && pkgs+=("${test_pkgs[@]}")
 
-missing=()
-for p in "${pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  echo "installing Debian packages: ${missing[*]}"
-  sudo_cmd=(); [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
-  "${sudo_cmd[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+ensure_debian_packages "installing Debian packages" "${pkgs[@]}"
 
 if ! command -v node >/dev/null || ! node -e 'process.exit(+process.versions.node.split(".")[0] >= 20 ? 0 : 1)'; then
   echo "vmkeeper needs Node.js 20 or newer on the PATH" >&2

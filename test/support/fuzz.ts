@@ -1,10 +1,11 @@
 import { Variant } from 'dbus-next';
+import { machineObjectPath } from '../../src/machine/names.js';
 
 // Hostile D-Bus calls from a seeded PRNG: the same seed gives the same calls. Every generated
 // message is one the bus daemon accepts (valid signatures, object paths and UTF-8 in strings), so
 // whatever happens next is the agent's doing; invalid UTF-8 travels in byte arrays.
 
-export type Rand = () => number;
+type Rand = () => number;
 
 export interface FuzzCall {
   path: string;
@@ -14,8 +15,6 @@ export interface FuzzCall {
   body: unknown[];
   /** What the call is, for the report and the model of what succeeded. */
   kind: string;
-  /** A machine name this call would change when it succeeds (valid names only). */
-  target?: string;
 }
 
 export interface FuzzContext {
@@ -31,7 +30,7 @@ export interface FuzzContext {
 const int = (r: Rand, n: number) => Math.floor(r() * n);
 const pick = <T>(r: Rand, xs: readonly T[]): T => xs[int(r, xs.length)]!;
 
-export const MANAGER_METHODS: Record<string, string> = {
+const MANAGER_METHODS: Record<string, string> = {
   CreateMachine: 'ss',
   GetMachine: 's',
   ListMachines: '',
@@ -42,9 +41,9 @@ export const MANAGER_METHODS: Record<string, string> = {
   SetMachineAnnotations: 'sa{ss}',
   ListEvents: '',
 };
-export const MACHINE_METHODS: Record<string, string> = { Delete: '', DeleteWithGracePeriod: 'u', SetPower: 's', Describe: '' };
+const MACHINE_METHODS: Record<string, string> = { Delete: '', DeleteWithGracePeriod: 'u', SetPower: 's', Describe: '' };
 
-export function hostileStrings(ctx: FuzzContext): string[] {
+function hostileStrings(ctx: FuzzContext): string[] {
   const m = ctx.marker;
   return [
     '', ' ', 'a', '-', 'a-', '-a', 'A', 'web-1', 'x'.repeat(63), 'x'.repeat(64),
@@ -95,13 +94,14 @@ function randomJsonValue(r: Rand, ctx: FuzzContext, depth: number): unknown {
   return o;
 }
 
-/** A valid spec, usually with one field replaced by something hostile. */
-export function validSpec(ctx: FuzzContext): Record<string, unknown> {
+/** A valid spec (a fresh object each time: mutatedSpec changes it). */
+function validSpec(): Record<string, unknown> {
   return { cpus: 1, memoryMiB: 64, disks: [{ name: 'root', sizeGiB: 1 }], power: 'off', annotations: { fuzz: 'yes' } };
 }
 
+/** A valid spec with one field replaced by something hostile. */
 function mutatedSpec(r: Rand, ctx: FuzzContext): Record<string, unknown> {
-  const spec: Record<string, any> = validSpec(ctx);
+  const spec: Record<string, any> = validSpec();
   const h = () => pick(r, hostileStrings(ctx));
   switch (int(r, 14)) {
     case 0: spec.disks = [{ name: h(), sizeGiB: 1 }]; break;
@@ -123,7 +123,7 @@ function mutatedSpec(r: Rand, ctx: FuzzContext): Record<string, unknown> {
 }
 
 /** A random complete D-Bus type (bounded nesting, well inside the spec's limit of 32). */
-export function randomSignature(r: Rand, depth = 0): string {
+function randomSignature(r: Rand, depth = 0): string {
   const basic = ['y', 'b', 'n', 'q', 'i', 'u', 'x', 't', 'd', 's', 'o', 'g'];
   const roll = r();
   if (depth > 3 || roll < 0.6) return pick(r, basic);
@@ -134,7 +134,7 @@ export function randomSignature(r: Rand, depth = 0): string {
 }
 
 /** Splits a signature into its complete types. */
-export function splitSignature(sig: string): string[] {
+function splitSignature(sig: string): string[] {
   const out: string[] = [];
   let i = 0;
   const one = (): string => {
@@ -155,7 +155,7 @@ export function splitSignature(sig: string): string[] {
   return out;
 }
 
-export function randomValue(r: Rand, type: string, ctx: FuzzContext, depth = 0): unknown {
+function randomValue(r: Rand, type: string, ctx: FuzzContext, depth = 0): unknown {
   switch (type[0]) {
     case 'y': return int(r, 256);
     case 'b': return r() < 0.5;
@@ -203,12 +203,8 @@ function randomObjectPath(r: Rand, ctx: FuzzContext): string {
   return pick(r, [
     '/', '/org', '/org/vmkeeper1', '/org/vmkeeper1/machine', '/org/vmkeeper1/machine/_2e_2e', '/org/vmkeeper1/machine/web_2d1',
     `/org/vmkeeper1/machine/${ctx.marker}`, '/org/vmkeeper1/machine/a/b/c', '/org/freedesktop/DBus',
-    ...(names.length ? [`/org/vmkeeper1/machine/${escapeName(pick(r, names))}`] : []),
+    ...(names.length ? [machineObjectPath(pick(r, names))] : []),
   ]);
-}
-
-export function escapeName(name: string): string {
-  return [...Buffer.from(name)].map((b) => (/[A-Za-z0-9]/.test(String.fromCharCode(b)) ? String.fromCharCode(b) : `_${b.toString(16).padStart(2, '0')}`)).join('');
 }
 
 function args(r: Rand, sig: string, ctx: FuzzContext): unknown[] {
@@ -224,9 +220,9 @@ export function nextCall(r: Rand, ctx: FuzzContext, serial: number): FuzzCall {
 }
 
 /** Bodies stay well under the bus's message size limit. */
-export const MAX_BODY = 4_000_000;
+const MAX_BODY = 4_000_000;
 
-export function approximateSize(body: unknown): number {
+function approximateSize(body: unknown): number {
   return JSON.stringify(body, (_k, v) => (typeof v === 'bigint' ? 0 : Buffer.isBuffer(v) ? v.length : v))?.length ?? 0;
 }
 
@@ -239,7 +235,7 @@ function oneCall(r: Rand, ctx: FuzzContext, serial: number): FuzzCall {
     const member = pick(r, ['CreateMachine', 'CreateMachine', 'DeleteMachine', 'DeleteMachineWithGracePeriod', 'SetMachinePower', 'SetMachineAnnotations', 'DescribeMachine', 'GetMachine']);
     const name = member === 'CreateMachine' ? `fz-${serial}` : validName();
     const body: Record<string, unknown[]> = {
-      CreateMachine: [name, JSON.stringify(r() < 0.5 ? validSpec(ctx) : mutatedSpec(r, ctx))],
+      CreateMachine: [name, JSON.stringify(r() < 0.5 ? validSpec() : mutatedSpec(r, ctx))],
       DeleteMachine: [name],
       DeleteMachineWithGracePeriod: [name, pick(r, [0, 0, 1, 86_400, 86_401, 2 ** 32 - 1])],
       SetMachinePower: [name, pick(r, ['on', 'off', 'ON', '', 'reboot', hostileString(r, ctx)])],
@@ -247,7 +243,7 @@ function oneCall(r: Rand, ctx: FuzzContext, serial: number): FuzzCall {
       DescribeMachine: [name],
       GetMachine: [name],
     };
-    return { path: '/org/vmkeeper1', iface: 'org.vmkeeper1.Manager', member, signature: MANAGER_METHODS[member]!, body: body[member]!, kind: `valid:${member}`, target: name };
+    return { path: '/org/vmkeeper1', iface: 'org.vmkeeper1.Manager', member, signature: MANAGER_METHODS[member]!, body: body[member]!, kind: `valid:${member}` };
   }
   if (roll < 0.5) {
     // Right method, right signature, hostile values everywhere.
@@ -258,7 +254,7 @@ function oneCall(r: Rand, ctx: FuzzContext, serial: number): FuzzCall {
   if (roll < 0.62) {
     const member = pick(r, Object.keys(MACHINE_METHODS));
     const sig = r() < 0.7 ? MACHINE_METHODS[member]! : randomSignature(r);
-    const path = r() < 0.6 && names.length ? `/org/vmkeeper1/machine/${escapeName(pick(r, names))}` : randomObjectPath(r, ctx);
+    const path = r() < 0.6 && names.length ? machineObjectPath(pick(r, names)) : randomObjectPath(r, ctx);
     return { path, iface: 'org.vmkeeper1.Machine', member, signature: sig, body: args(r, sig, ctx), kind: `machine:${member}` };
   }
   if (roll < 0.75) {
@@ -275,9 +271,9 @@ function oneCall(r: Rand, ctx: FuzzContext, serial: number): FuzzCall {
       ['org.freedesktop.DBus.ObjectManager', 'GetManagedObjects', ''], ['org.freedesktop.DBus.Peer', 'Ping', ''],
       ['org.freedesktop.DBus.Peer', 'GetMachineId', ''], ['org.freedesktop.DBus.Properties', 'Get', randomSignature(r)],
     ] as const);
-    let body = args(r, sig, ctx);
-    if (iface === 'org.freedesktop.DBus.Properties' && sig !== 'ss' && sig !== 's' && sig !== 'ssv') body = args(r, sig, ctx);
-    else if (iface === 'org.freedesktop.DBus.Properties' && r() < 0.6) {
+    const body = args(r, sig, ctx);
+    const wellFormed = sig === 'ss' || sig === 's' || sig === 'ssv';
+    if (iface === 'org.freedesktop.DBus.Properties' && wellFormed && r() < 0.6) {
       body[0] = pick(r, ['org.vmkeeper1.Manager', 'org.vmkeeper1.Machine', 'org.freedesktop.DBus.Properties', body[0]]);
       if (sig !== 's') body[1] = pick(r, ['State', 'Name', 'ForceStopAt', 'Annotations', 'Version', body[1]]);
     }

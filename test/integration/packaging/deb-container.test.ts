@@ -10,6 +10,7 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { machineObjectPath } from '../../../src/machine/names.js';
 import { bootContainer, ensureDebianRoot, type BootedContainer } from '../../support/nspawn.js';
 import { waitFor } from '../../support/wait.js';
 import { buildPackages, buildUpgradePackages, must, skipReason, type BuiltPackages } from './packages.js';
@@ -28,10 +29,7 @@ describe.skipIf(skip)(`the .deb in a booted Debian 12${skip ? ` (skipped: ${skip
   let ct: BootedContainer | undefined;
   let debFiles: string[] = [];
 
-  const sh = async (script: string, timeoutMs = 60_000) => {
-    const r = await ct!.exec(['sh', '-c', script], { timeoutMs });
-    return r;
-  };
+  const sh = (script: string, timeoutMs = 60_000) => ct!.exec(['sh', '-c', script], { timeoutMs });
   const ok = async (script: string, timeoutMs = 60_000) => {
     const r = await sh(script, timeoutMs);
     if (r.code !== 0) throw new Error(`in the container: ${script}\nexit ${r.code}\n${r.stdout.slice(-3000)}\n${r.stderr.slice(-3000)}`);
@@ -40,7 +38,7 @@ describe.skipIf(skip)(`the .deb in a booted Debian 12${skip ? ` (skipped: ${skip
   const active = async () => (await sh('systemctl is-active vmkeeperd.service')).stdout.trim();
   const mainPid = async () => (await ok('systemctl show -P MainPID vmkeeperd.service')).trim();
   const machineState = async (name: string) => {
-    const out = await ok(`busctl --system get-property org.vmkeeper1 /org/vmkeeper1/machine/${name.replace(/-/g, '_2d')} org.vmkeeper1.Machine State`);
+    const out = await ok(`busctl --system get-property org.vmkeeper1 ${machineObjectPath(name)} org.vmkeeper1.Machine State`);
     return /^s "(.*)"$/.exec(out.trim())?.[1];
   };
   const qemuPid = async () => (await sh('cat /run/libvirt/qemu/vmkeeper-keep-1.pid')).stdout.trim();
@@ -52,7 +50,7 @@ describe.skipIf(skip)(`the .deb in a booted Debian 12${skip ? ` (skipped: ${skip
       buildUpgradePackages(),
       ensureDebianRoot({ extraPackages: ROOT_PACKAGES }),
     ]);
-    debFiles = (await must('dpkg-deb', ['--fsys-tarfile', pkgs.deb]).then(() => must('sh', ['-c', `dpkg-deb -c '${pkgs.deb}' | awk '{print $6}'`])))
+    debFiles = (await must('sh', ['-c', `dpkg-deb -c '${pkgs.deb}' | awk '{print $6}'`]))
       .split('\n')
       .map((l) => l.replace(/^\./, ''))
       .filter((l) => l && !l.endsWith('/'));

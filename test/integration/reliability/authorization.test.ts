@@ -1,23 +1,19 @@
-import { chmod, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
-import path from 'node:path';
+import { chmod } from 'node:fs/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startAgent, type AgentProcess } from '../../support/agent-process.js';
+import { MANAGER_PATH as MANAGER, machineObjectPath as machinePath } from '../../../src/machine/names.js';
 import { dbusSend, ensureUserInGroup, NOBODY, type RunAs } from '../../support/busctl.js';
 import { startSystemBus, type PrivateBus } from '../../support/dbus-daemon.js';
 import { waitFor } from '../../support/wait.js';
-import { isRoot } from './helpers.js';
+import { isRoot, startRig, type Rig } from './helpers.js';
 
 // Authorization with the packaged policy (config/org.vmkeeper1.conf) on a system-like bus, against
 // the real agent: `nobody` (outside group vmkeeper) may read everything and change nothing; a
 // member of vmkeeper may call every method. Every mutating method of both interfaces is listed.
 
-const MANAGER = '/org/vmkeeper1';
 const M = 'org.vmkeeper1.Manager';
 const MACHINE = 'org.vmkeeper1.Machine';
 const PROPS = 'org.freedesktop.DBus.Properties';
 const SPEC = JSON.stringify({ cpus: 1, memoryMiB: 64, disks: [{ name: 'root', sizeGiB: 1 }], power: 'off' });
-const machinePath = (name: string) => `/org/vmkeeper1/machine/${name.replace(/-/g, '_2d')}`;
 
 interface Case {
   path: (name: string) => string;
@@ -55,9 +51,8 @@ const READS: Case[] = [
 ];
 
 describe.skipIf(!isRoot)('authorization with the packaged bus policy', () => {
+  let rig: Rig;
   let bus: PrivateBus;
-  let dir: string;
-  let agent: AgentProcess;
   let member: RunAs;
   const call = (c: Case, name: string, as?: RunAs) => dbusSend(bus.address, c.path(name), c.member, c.args(name), { as });
   const create = async (name: string) => {
@@ -67,19 +62,11 @@ describe.skipIf(!isRoot)('authorization with the packaged bus policy', () => {
 
   beforeAll(async () => {
     member = await ensureUserInGroup('vmkeeper-test', 'vmkeeper');
-    bus = await startSystemBus();
-    dir = await mkdtemp(path.join(os.tmpdir(), 'vmk-authz-'));
-    await chmod(dir, 0o755);
-    await mkdir(path.join(dir, 'images'));
-    await writeFile(path.join(dir, 'node.xml'), '<node/>');
-    agent = await startAgent({ busAddress: bus.address, stateDir: path.join(dir, 'state'), imageDir: path.join(dir, 'images'), libvirtUri: `test://${dir}/node.xml` });
+    rig = await startRig({ prefix: 'vmk-authz-', startBus: () => startSystemBus(), prepare: (dir) => chmod(dir, 0o755) });
+    bus = rig.bus;
   }, 60_000);
 
-  afterAll(async () => {
-    await agent?.stop();
-    await bus?.stop();
-    if (dir) await rm(dir, { recursive: true, force: true });
-  });
+  afterAll(() => rig?.stop());
 
   it('nobody may read everything', async () => {
     const r = await dbusSend(bus.address, MANAGER, `${M}.CreateMachine`, ['string:readable', `string:${SPEC}`]);

@@ -1,15 +1,12 @@
-import { mkdir, mkdtemp, readdir, rm } from 'node:fs/promises';
-import os from 'node:os';
+import { readdir } from 'node:fs/promises';
 import path from 'node:path';
 import type { MessageBus } from 'dbus-next';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { spawnAgent, type AgentProcess, type AgentProcessOptions } from '../../support/agent-process.js';
-import { startSessionBus, type PrivateBus } from '../../support/dbus-daemon.js';
-import { LIBVIRT_CACHE_DIR } from '../../support/guest-images.js';
-import { startLibvirtd, virsh, type PrivateLibvirtd } from '../../support/libvirtd.js';
+import { virsh, type PrivateLibvirtd } from '../../support/libvirtd.js';
 import { waitFor } from '../../support/wait.js';
 import {
-  closeClient, isRoot, listDir, listEvents, listMachines, machineProp, manager, openClient, prng, readRecordFiles, waitAnswering, writeConfig,
+  isRoot, listDir, listEvents, listMachines, machineProp, manager, prng, readRecordFiles, startRig, type Rig,
 } from './helpers.js';
 
 // Crash safety: the real agent on a private bus and a private real libvirtd (qemu driver), a
@@ -29,8 +26,7 @@ const SEED = Number(process.env.VMKEEPER_CRASH_SEED ?? 6);
 const MAX_RUNNING = 2;
 const MAX_LIVE = 30;
 
-let dir: string;
-let bus: PrivateBus;
+let rig: Rig;
 let libvirtd: PrivateLibvirtd;
 let client: MessageBus;
 let opts: AgentProcessOptions;
@@ -41,21 +37,19 @@ const spec = (grace: number, power: 'on' | 'off' = 'off') =>
 
 describe.skipIf(!isRoot)('crash safety: kill -9 at random moments', () => {
   beforeAll(async () => {
-    dir = await mkdtemp(path.join(os.tmpdir(), 'vmk-crash-'));
-    libvirtd = await startLibvirtd({ runDir: path.join(dir, 'lv'), cacheDir: LIBVIRT_CACHE_DIR });
-    bus = await startSessionBus();
-    await mkdir(path.join(dir, 'images'));
-    const configFile = await writeConfig(path.join(dir, 'config.yaml'), { callTimeoutSec: 15, pollIntervalMs: 200, sweepIntervalSec: 1, shutdownRetryIntervalSec: 1 });
-    opts = { busAddress: bus.address, stateDir: path.join(dir, 'state'), imageDir: path.join(dir, 'images'), libvirtUri: libvirtd.uri, configFile };
-    client = await openClient(bus.address);
+    rig = await startRig({
+      prefix: 'vmk-crash-',
+      libvirtd: true,
+      config: { callTimeoutSec: 15, pollIntervalMs: 200, sweepIntervalSec: 1, shutdownRetryIntervalSec: 1 },
+      startAgent: false, // the test starts (and kills) it, round after round
+    });
+    ({ opts, client } = rig);
+    libvirtd = rig.libvirtd!;
   }, 180_000);
 
   afterAll(async () => {
     await agent?.stop('SIGKILL');
-    closeClient(client);
-    await libvirtd?.stop();
-    await bus?.stop();
-    if (dir) await rm(dir, { recursive: true, force: true });
+    await rig?.stop();
   });
 
   it(`keeps every acknowledged change over ${KILLS} kill -9s and leaves nothing behind`, async () => {
@@ -80,12 +74,10 @@ describe.skipIf(!isRoot)('crash safety: kill -9 at random moments', () => {
 
     const live = () => [...new Set([...ackedCreate, ...maybeExists])].filter((n) => !ackedDelete.has(n) && !goneAfterDelete.has(n));
 
-    const dead = () => (agent && agent.child.exitCode !== null ? agent.output().slice(-3000) : undefined);
-
     async function restart(): Promise<void> {
       const t0 = performance.now();
       agent = spawnAgent(opts);
-      await waitAnswering(client, 60_000, dead);
+      await agent.ready(60_000);
       restartMs.push(performance.now() - t0);
     }
 

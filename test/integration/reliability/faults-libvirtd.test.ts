@@ -1,14 +1,11 @@
-import { mkdir, mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
-import os from 'node:os';
+import { readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { MessageBus } from 'dbus-next';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startAgent, type AgentProcess, type AgentProcessOptions } from '../../support/agent-process.js';
-import { startSessionBus, type PrivateBus } from '../../support/dbus-daemon.js';
-import { LIBVIRT_CACHE_DIR } from '../../support/guest-images.js';
-import { startLibvirtd, virsh, type PrivateLibvirtd } from '../../support/libvirtd.js';
+import type { AgentProcess, AgentProcessOptions } from '../../support/agent-process.js';
+import { virsh, type PrivateLibvirtd } from '../../support/libvirtd.js';
 import { waitFor } from '../../support/wait.js';
-import { closeClient, isRoot, listMachines, machineProp, manager, managerProp, openClient, writeConfig } from './helpers.js';
+import { isRoot, listMachines, machineProp, manager, managerProp, startRig, startTestLibvirtd, type Rig } from './helpers.js';
 
 // Fault injection against a private real libvirtd (qemu driver; machines stay powered off, so no
 // guest boots): libvirtd stopped and started again, and libvirtd frozen with SIGSTOP. In both the
@@ -19,8 +16,7 @@ const CALL_TIMEOUT_SEC = 1;
 // leak of stuck libvirt calls into the pool visible sooner.
 const POOL = 4;
 
-let dir: string;
-let bus: PrivateBus;
+let rig: Rig;
 let libvirtd: PrivateLibvirtd;
 let client: MessageBus;
 let opts: AgentProcessOptions;
@@ -60,17 +56,15 @@ async function probeResponsive(until: () => Promise<boolean>, timeoutMs: number)
 
 describe.skipIf(!isRoot)('fault injection: libvirtd', () => {
   beforeAll(async () => {
-    dir = await mkdtemp(path.join(os.tmpdir(), 'vmk-flt-'));
-    libvirtd = await startLibvirtd({ runDir: path.join(dir, 'lv'), cacheDir: LIBVIRT_CACHE_DIR });
-    bus = await startSessionBus();
-    await mkdir(path.join(dir, 'images'));
-    const configFile = await writeConfig(path.join(dir, 'config.yaml'), { callTimeoutSec: CALL_TIMEOUT_SEC, pollIntervalMs: 200, sweepIntervalSec: 1, resyncIntervalSec: 2 });
-    opts = {
-      busAddress: bus.address, stateDir: path.join(dir, 'state'), imageDir: path.join(dir, 'images'), libvirtUri: libvirtd.uri, configFile,
-      env: { UV_THREADPOOL_SIZE: String(POOL) },
-    };
-    agent = await startAgent(opts);
-    client = await openClient(bus.address);
+    rig = await startRig({
+      prefix: 'vmk-flt-',
+      libvirtd: true,
+      config: { callTimeoutSec: CALL_TIMEOUT_SEC, pollIntervalMs: 200, sweepIntervalSec: 1, resyncIntervalSec: 2 },
+      prepare: async () => ({ env: { UV_THREADPOOL_SIZE: String(POOL) } }),
+    });
+    ({ opts, client } = rig);
+    agent = rig.agent!;
+    libvirtd = rig.libvirtd!;
     for (const n of ['a', 'b', 'c', 'd']) await ok('CreateMachine', 'ss', [n, SPEC]);
     await waitFor(async () => (await listMachines(client)).every((m) => m[1] === 'stopped'), { timeoutMs: 30_000, what: 'machines defined and stopped' });
   }, 180_000);
@@ -83,11 +77,7 @@ describe.skipIf(!isRoot)('fault injection: libvirtd', () => {
         /* gone */
       }
     }
-    closeClient(client);
-    await agent?.stop();
-    await libvirtd?.stop();
-    await bus?.stop();
-    if (dir) await rm(dir, { recursive: true, force: true });
+    await rig?.stop();
   });
 
   it('libvirtd stopped: degraded, D-Bus keeps answering, reconnects and finishes pending deletions', async () => {
@@ -104,7 +94,7 @@ describe.skipIf(!isRoot)('fault injection: libvirtd', () => {
     expect(await state('a')).toBe('terminating');
     expect(await managerProp(client, 'State')).toBe('degraded');
 
-    libvirtd = await startLibvirtd({ runDir: path.join(dir, 'lv'), cacheDir: LIBVIRT_CACHE_DIR });
+    libvirtd = rig.libvirtd = await startTestLibvirtd(rig.dir);
     await waitFor(async () => (await managerProp(client, 'State')) === 'running', { timeoutMs: 30_000, what: 'State running again' });
     expect(await managerProp(client, 'LibvirtConnected')).toBe(true);
     await waitFor(async () => !(await listMachines(client)).some((m) => m[0] === 'a'), { timeoutMs: 30_000, what: 'the pending deletion to finish' });

@@ -1,14 +1,13 @@
 import { execFileSync } from 'node:child_process';
 import { closeSync, openSync, writeSync } from 'node:fs';
-import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { mkdir, readdir, readFile, rm } from 'node:fs/promises';
 import path from 'node:path';
 import type { MessageBus } from 'dbus-next';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { spawnAgent, startAgent, type AgentProcess, type AgentProcessOptions } from '../../support/agent-process.js';
-import { startSessionBus, type PrivateBus } from '../../support/dbus-daemon.js';
+import { spawnAgent, type AgentProcess } from '../../support/agent-process.js';
+import { startSessionBus } from '../../support/dbus-daemon.js';
 import { waitFor } from '../../support/wait.js';
-import { closeClient, isRoot, listMachines, machineProp, manager, openClient, RestartableBus, writeConfig } from './helpers.js';
+import { closeClient, isRoot, listMachines, machineProp, manager, openClient, startRig, type Rig } from './helpers.js';
 
 // Fault injection without libvirtd (libvirt's test driver): the state directory running out of
 // space (a small tmpfs as stateDir), and the D-Bus daemon going away under the agent.
@@ -39,34 +38,31 @@ function fill(file: string): void {
 }
 
 describe.skipIf(!isRoot)('fault injection: the state directory is full', () => {
-  let dir: string;
+  let rig: Rig;
   let stateDir: string;
-  let bus: PrivateBus;
   let client: MessageBus;
   let agent: AgentProcess;
   let mounted = false;
 
   beforeAll(async () => {
-    dir = await mkdtemp(path.join(os.tmpdir(), 'vmk-full-'));
-    stateDir = path.join(dir, 'state');
-    await mkdir(stateDir);
-    execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=4m,mode=0700', 'vmkeeper-test-full', stateDir]);
-    mounted = true;
-    await mkdir(path.join(dir, 'images'));
-    await writeFile(path.join(dir, 'node.xml'), '<node/>');
-    bus = await startSessionBus();
-    const configFile = await writeConfig(path.join(dir, 'config.yaml'), { pollIntervalMs: 200 });
-    agent = await startAgent({ busAddress: bus.address, stateDir, imageDir: path.join(dir, 'images'), libvirtUri: `test://${dir}/node.xml`, configFile });
-    client = await openClient(bus.address);
+    rig = await startRig({
+      prefix: 'vmk-full-',
+      config: { pollIntervalMs: 200 },
+      prepare: async (dir) => {
+        stateDir = path.join(dir, 'state');
+        await mkdir(stateDir);
+        execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=4m,mode=0700', 'vmkeeper-test-full', stateDir]);
+        mounted = true;
+      },
+      cleanup: () => {
+        if (mounted) execFileSync('umount', ['-l', stateDir]);
+      },
+    });
+    client = rig.client;
+    agent = rig.agent!;
   }, 60_000);
 
-  afterAll(async () => {
-    closeClient(client);
-    await agent?.stop();
-    await bus?.stop();
-    if (mounted) execFileSync('umount', ['-l', stateDir]);
-    if (dir) await rm(dir, { recursive: true, force: true });
-  });
+  afterAll(() => rig?.stop());
 
   it('answers StorageFailure, writes nothing half-way, and serves normally once space returns', async () => {
     let r = await manager(client, 'CreateMachine', 'ss', ['keep', SPEC]);
@@ -113,50 +109,38 @@ describe.skipIf(!isRoot)('fault injection: the state directory is full', () => {
 });
 
 describe('fault injection: the D-Bus daemon restarts', () => {
-  const call = async (_agent: AgentProcess) => {
-    const client = await openClient(bus.address);
+  const call = async () => {
+    const client = await openClient(rig.bus.address);
     try {
       return (await manager(client, 'ListMachines', '', [], 5000)).ok;
     } finally {
       closeClient(client);
     }
   };
-  let dir: string;
-  let bus: RestartableBus;
-  let agent: AgentProcess | undefined;
-  let opts: AgentProcessOptions;
+  let rig: Rig;
 
   beforeAll(async () => {
-    dir = await mkdtemp(path.join(os.tmpdir(), 'vmk-busr-'));
-    await mkdir(path.join(dir, 'images'));
-    await writeFile(path.join(dir, 'node.xml'), '<node/>');
-    bus = new RestartableBus(path.join(dir, 'bus'));
-    await bus.start();
-    opts = { busAddress: bus.address, stateDir: path.join(dir, 'state'), imageDir: path.join(dir, 'images'), libvirtUri: `test://${dir}/node.xml` };
+    rig = await startRig({ prefix: 'vmk-busr-' });
   });
 
-  afterAll(async () => {
-    await agent?.stop('SIGKILL');
-    await bus?.stop();
-    if (dir) await rm(dir, { recursive: true, force: true });
-  });
+  afterAll(() => rig?.stop());
 
   // Without its bus the agent cannot serve: it logs why and exits non-zero, so systemd's
   // Restart=on-failure starts a fresh agent that owns the name on the new bus.
   it('exits non-zero when the bus daemon goes away, and a restarted agent serves on the new bus', async () => {
-    agent = spawnAgent(opts);
-    await agent.ready();
-    await call(agent); // a live call first: the connection is really in use
-    await bus.stop();
+    let agent = rig.agent!;
+    expect(await call()).toBe(true); // a live call first: the connection is really in use
+    await rig.bus.stop();
     const exited = await Promise.race([
       agent.exited,
       new Promise<'still running'>((resolve) => setTimeout(() => resolve('still running'), 20_000)),
     ]);
     expect(exited).toEqual({ code: 1, signal: null });
     expect(agent.output()).toMatch(/lost the D-Bus connection/);
-    await bus.start();
-    agent = spawnAgent(opts); // what systemd does after the non-zero exit
+    rig.bus = await startSessionBus();
+    // What systemd does after the non-zero exit (here the new bus has a new address).
+    agent = rig.agent = spawnAgent({ ...rig.opts, busAddress: rig.bus.address });
     await agent.ready();
-    expect(await call(agent)).toBe(true);
+    expect(await call()).toBe(true);
   }, 60_000);
 });

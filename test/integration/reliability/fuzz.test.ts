@@ -1,14 +1,14 @@
 import { execFile } from 'node:child_process';
-import { mkdir, mkdtemp, readdir, rm, stat, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { mkdir, readdir, stat, utimes, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { MessageBus } from 'dbus-next';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startAgent, type AgentProcess, type AgentProcessOptions } from '../../support/agent-process.js';
-import { startSessionBus, type PrivateBus } from '../../support/dbus-daemon.js';
-import { escapeName, nextCall, type FuzzContext } from '../../support/fuzz.js';
+import { machineObjectPath } from '../../../src/machine/names.js';
+import type { AgentProcess, AgentProcessOptions } from '../../support/agent-process.js';
+import type { PrivateBus } from '../../support/dbus-daemon.js';
+import { nextCall, type FuzzContext } from '../../support/fuzz.js';
 import { waitFor } from '../../support/wait.js';
-import { closeClient, listMachines, looksLikeStackTrace, openClient, prng, rawCall, readRecordFiles, writeConfig } from './helpers.js';
+import { closeClient, listMachines, looksLikeStackTrace, openClient, prng, rawCall, readRecordFiles, startRig, type Rig } from './helpers.js';
 
 // Hostile input: at least FUZZ_CALLS (default 10,000) generated calls from a seeded PRNG over a
 // dbus-next connection to the real agent (test driver). The agent must never crash; every reply
@@ -22,6 +22,7 @@ const CALLS = Number(process.env.VMKEEPER_FUZZ_CALLS ?? 10_000);
 const IN_FLIGHT = 32;
 const MARKER = `vmkfz${SEED}x`;
 
+let rig: Rig;
 let dir: string;
 let bus: PrivateBus;
 let client: MessageBus;
@@ -56,38 +57,42 @@ const ERROR_NAME = /^(org\.vmkeeper1\.Error\.[A-Za-z]+|org\.freedesktop\.DBus\.E
 
 describe('hostile input: fuzzed D-Bus calls', () => {
   beforeAll(async () => {
-    dir = await mkdtemp(path.join(os.tmpdir(), 'vmk-fuzz-'));
-    await mkdir(path.join(dir, 'images'));
-    await mkdir(path.join(dir, 'sentinel'));
-    await writeFile(path.join(dir, 'images', 'vmlinuz'), 'not a kernel');
-    await writeFile(path.join(dir, 'sentinel', 'keep.txt'), 'must not change');
-    await writeFile(path.join(dir, 'node.xml'), '<node/>');
-    bus = await startSessionBus();
-    const configFile = await writeConfig(path.join(dir, 'config.yaml'), { pollIntervalMs: 200, logLevel: 'info', defaultGracePeriodSec: 1 });
-    opts = { busAddress: bus.address, stateDir: path.join(dir, 'state'), imageDir: path.join(dir, 'images'), libvirtUri: `test://${dir}/node.xml`, configFile };
-    agent = await startAgent(opts);
-    client = await openClient(bus.address);
+    rig = await startRig({
+      prefix: 'vmk-fuzz-',
+      config: { pollIntervalMs: 200, logLevel: 'info', defaultGracePeriodSec: 1 },
+      prepare: async (d) => {
+        await mkdir(path.join(d, 'sentinel'));
+        await writeFile(path.join(d, 'images', 'vmlinuz'), 'not a kernel');
+        await writeFile(path.join(d, 'sentinel', 'keep.txt'), 'must not change');
+      },
+    });
+    ({ dir, bus, opts, client } = rig);
+    agent = rig.agent!;
   }, 60_000);
 
   afterAll(async () => {
-    closeClient(client);
-    await agent?.stop();
-    await bus?.stop();
-    if (dir) await rm(dir, { recursive: true, force: true });
+    closeClient(client); // the test may have replaced rig.client after a stall
+    await rig?.stop();
   });
 
   it(`survives ${CALLS} hostile calls (seed ${SEED})`, async () => {
     console.log(`fuzz: seed=${SEED} calls=${CALLS} (VMKEEPER_FUZZ_SEED / VMKEEPER_FUZZ_CALLS to replay)`);
     const stamp = path.join(dir, 'stamp');
     await writeFile(stamp, '');
-    await new Promise((r) => setTimeout(r, 20)); // -newer compares mtimes: step past the stamp
+    // -newer compares mtimes: date the stamp a second back, so whatever is made from now on is newer.
+    const past = new Date(Date.now() - 1000);
+    await utimes(stamp, past, past);
     const before = await snapshot(dir, opts.stateDir);
 
     const random = prng(SEED);
-    const created = new Set<string>();
-    const deleted = new Set<string>();
+    // Last successful create or delete per name, in reply order: a name can be deleted and then
+    // created again, which two plain sets (created minus deleted) would get wrong.
+    const present = new Map<string, boolean>();
+    let creates = 0;
+    let deletes = 0;
+    const presentNames = () => [...present].filter(([, here]) => here).map(([name]) => name);
     const annotationsSet = new Map<string, string[]>();
-    const ctx: FuzzContext = { marker: MARKER, sentinelDir: path.join(dir, 'sentinel'), imageDir: opts.imageDir, names: () => [...created].filter((n) => !deleted.has(n)) };
+    const ctx: FuzzContext = { marker: MARKER, sentinelDir: path.join(dir, 'sentinel'), imageDir: opts.imageDir, names: presentNames };
     const byOutcome = new Map<string, number>();
     const bad: string[] = [];
     let sent = 0;
@@ -143,10 +148,17 @@ describe('hostile input: fuzzed D-Bus calls', () => {
         // Whatever succeeded, hostile or not, is part of the model of what must be stored.
         const member = call.member;
         const onManager = call.iface === 'org.vmkeeper1.Manager' && call.path === '/org/vmkeeper1';
-        const machineName = (call.iface === 'org.vmkeeper1.Machine' && ctx.names().find((x) => call.path === `/org/vmkeeper1/machine/${escapeName(x)}`)) || undefined;
-        if (onManager && member === 'CreateMachine') created.add(String(call.body[0]));
-        if (onManager && (member === 'DeleteMachine' || member === 'DeleteMachineWithGracePeriod')) deleted.add(String(call.body[0]));
-        if (machineName && (member === 'Delete' || member === 'DeleteWithGracePeriod')) deleted.add(machineName);
+        const machineName = (call.iface === 'org.vmkeeper1.Machine' && ctx.names().find((x) => call.path === machineObjectPath(x))) || undefined;
+        const deletedName = onManager && (member === 'DeleteMachine' || member === 'DeleteMachineWithGracePeriod') ? String(call.body[0])
+          : machineName && (member === 'Delete' || member === 'DeleteWithGracePeriod') ? machineName : undefined;
+        if (onManager && member === 'CreateMachine') {
+          present.set(String(call.body[0]), true);
+          creates++;
+        }
+        if (deletedName !== undefined) {
+          present.set(deletedName, false);
+          deletes++;
+        }
         if (onManager && member === 'SetMachineAnnotations') {
           const list = annotationsSet.get(String(call.body[0])) ?? [];
           list.push(JSON.stringify(call.body[1]));
@@ -159,7 +171,7 @@ describe('hostile input: fuzzed D-Bus calls', () => {
     expect(agent.child.exitCode, `agent died:\n${agent.output().slice(-3000)}`).toBeNull();
 
     // Settle: every successful deletion finishes (test driver: shutdown is instant).
-    const expected = [...created].filter((n) => !deleted.has(n)).sort();
+    const expected = presentNames().sort();
     await waitFor(async () => JSON.stringify((await listMachines(client)).map((m) => m[0]).sort()) === JSON.stringify(expected),
       { timeoutMs: 60_000, intervalMs: 250, what: 'the machines to match what succeeded' });
     const { records, others } = await readRecordFiles(opts.stateDir);
@@ -184,12 +196,12 @@ describe('hostile input: fuzzed D-Bus calls', () => {
     const sorted = latencies.sort((a, b) => a - b);
     console.log(`fuzz: ${sent} calls in ${seconds.toFixed(1)} s (${localErrors} not marshallable by dbus-next, not sent), ` +
       `p50=${sorted[Math.floor(sorted.length / 2)]!.toFixed(1)} ms p99=${sorted[Math.floor(sorted.length * 0.99)]!.toFixed(1)} ms; ` +
-      `${created.size} created, ${deleted.size} deleted, ${expected.length} left`);
+      `${creates} created, ${deletes} deleted, ${expected.length} left`);
     console.log([...byOutcome].sort((a, b) => b[1] - a[1]).map(([k, v]) => `  ${v}\t${k}`).join('\n'));
     if (stalls.length) console.log(`fuzz: ${stalls.length} client connection stalls (reopened; the agent answered a fresh connection each time):\n${stalls.join('\n')}`);
     expect(bad.slice(0, 30)).toEqual([]);
     expect(stalls.length).toBeLessThan(10);
     expect(sent).toBeGreaterThanOrEqual(CALLS);
-    expect(created.size).toBeGreaterThan(10);
+    expect(creates).toBeGreaterThan(10);
   }, 600_000);
 });

@@ -1,22 +1,21 @@
-import { spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync } from 'node:fs';
-import { mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
 import path from 'node:path';
 import { DBusError, Message, type MessageBus } from 'dbus-next';
 import { connectBus } from '../../../src/dbus/bus-address.js';
-import { waitFor } from '../../support/wait.js';
+import { MANAGER_PATH, machineObjectPath } from '../../../src/machine/names.js';
+import { startAgent, type AgentProcess, type AgentProcessOptions } from '../../support/agent-process.js';
+import { BUS_NAME } from '../../support/busctl.js';
+import { startSessionBus, type PrivateBus } from '../../support/dbus-daemon.js';
+import { LIBVIRT_CACHE_DIR } from '../../support/guest-images.js';
+import { startLibvirtd, type PrivateLibvirtd } from '../../support/libvirtd.js';
 
 // Shared plumbing for the reliability suites: a raw dbus-next client (much faster than busctl),
-// config files, record-file inspection, and a bus daemon that can be restarted on the same socket.
+// config files, record-file inspection, and the rig each suite starts (bus, agent, client).
 
-export const BUS_NAME = 'org.vmkeeper1';
-export const MANAGER_PATH = '/org/vmkeeper1';
-export const MANAGER_IFACE = 'org.vmkeeper1.Manager';
-export const MACHINE_IFACE = 'org.vmkeeper1.Machine';
+const MANAGER_IFACE = 'org.vmkeeper1.Manager';
+const MACHINE_IFACE = 'org.vmkeeper1.Machine';
 export const isRoot = process.getuid?.() === 0;
-
-export const machinePath = (name: string) =>
-  `/org/vmkeeper1/machine/${[...Buffer.from(name)].map((b) => (/[A-Za-z0-9]/.test(String.fromCharCode(b)) ? String.fromCharCode(b) : `_${b.toString(16).padStart(2, '0')}`)).join('')}`;
 
 export type CallResult =
   | { ok: true; body: unknown[]; ms: number }
@@ -91,7 +90,7 @@ export async function managerProp(bus: MessageBus, prop: string, timeoutMs?: num
 }
 
 export async function machineProp(bus: MessageBus, name: string, prop: string, timeoutMs?: number): Promise<unknown> {
-  const r = await rawCall(bus, { path: machinePath(name), iface: 'org.freedesktop.DBus.Properties', member: 'Get', signature: 'ss', body: [MACHINE_IFACE, prop] }, timeoutMs);
+  const r = await rawCall(bus, { path: machineObjectPath(name), iface: 'org.freedesktop.DBus.Properties', member: 'Get', signature: 'ss', body: [MACHINE_IFACE, prop] }, timeoutMs);
   if (!r.ok) throw new Error(`${name}.${prop}: ${r.errorName}: ${r.message}`);
   return (r.body[0] as { value: unknown }).value;
 }
@@ -110,20 +109,7 @@ export async function listEvents(bus: MessageBus): Promise<EventTuple[]> {
   return r.body[0] as EventTuple[];
 }
 
-/** Waits until the agent answers ListMachines on this connection. */
-export async function waitAnswering(bus: MessageBus, timeoutMs = 30_000, isDead?: () => string | undefined): Promise<void> {
-  await waitFor(
-    async () => {
-      const dead = isDead?.();
-      if (dead !== undefined) throw Object.assign(new Error(`agent exited: ${dead}`), { fatal: true });
-      return (await manager(bus, 'ListMachines', '', [], 2000)).ok;
-    },
-    { timeoutMs, intervalMs: 25, what: 'vmkeeperd to answer' },
-  );
-}
-
-/** Writes a config file for the agent (flags still give bus, uri, dirs). */
-export async function writeConfig(file: string, o: {
+export interface ConfigOptions {
   callTimeoutSec?: number;
   pollIntervalMs?: number;
   sweepIntervalSec?: number;
@@ -132,7 +118,10 @@ export async function writeConfig(file: string, o: {
   defaultGracePeriodSec?: number;
   defaultDomainType?: 'kvm' | 'qemu';
   logLevel?: string;
-} = {}): Promise<string> {
+}
+
+/** Writes a config file for the agent (flags still give bus, uri, dirs). */
+export async function writeConfig(file: string, o: ConfigOptions = {}): Promise<string> {
   const yaml = [
     'libvirt:',
     `  callTimeoutSec: ${o.callTimeoutSec ?? 30}`,
@@ -190,21 +179,6 @@ export async function listDir(dir: string): Promise<string[]> {
   return (await readdir(dir).catch(() => [] as string[])).sort();
 }
 
-/** VmRSS of a process in KiB. */
-export function rssKiB(pid: number): number {
-  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-  const m = /^VmRSS:\s+(\d+) kB/m.exec(status);
-  if (!m) throw new Error(`no VmRSS for ${pid}`);
-  return Number(m[1]);
-}
-
-/** utime+stime of a process in clock ticks (100 Hz on Linux). */
-export function cpuTicks(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return Number(fields[11]) + Number(fields[12]);
-}
-
 /** A seeded PRNG (mulberry32): the same seed replays the same run. */
 export function prng(seed: number): () => number {
   let a = seed >>> 0;
@@ -217,62 +191,74 @@ export function prng(seed: number): () => number {
   };
 }
 
-/**
- * A session-like dbus-daemon on a fixed socket path, so it can be stopped and started again at
- * the same address (the shared support's buses get a new temp dir, hence a new address, each time).
- */
-export class RestartableBus {
-  private child: ChildProcess | undefined;
-  readonly address: string;
-  private readonly config: string;
-
-  constructor(private readonly dir: string) {
-    this.address = `unix:path=${path.join(dir, 'bus')}`;
-    this.config = path.join(dir, 'bus.conf');
-  }
-
-  get pid(): number | undefined {
-    return this.child?.pid;
-  }
-
-  async start(): Promise<void> {
-    await mkdir(this.dir, { recursive: true });
-    await rm(path.join(this.dir, 'bus'), { force: true });
-    await writeFile(
-      this.config,
-      `<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN" "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig><type>session</type><listen>${this.address}</listen><auth>EXTERNAL</auth>
-<policy context="default"><allow send_destination="*" eavesdrop="true"/><allow eavesdrop="true"/><allow own="*"/></policy></busconfig>
-`,
-    );
-    const child = spawn('dbus-daemon', [`--config-file=${this.config}`, '--nofork', '--nopidfile', '--print-address=1'], { stdio: ['ignore', 'pipe', 'pipe'] });
-    this.child = child;
-    await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error('dbus-daemon did not print its address')), 10_000);
-      child.stdout!.once('data', () => {
-        clearTimeout(timer);
-        resolve();
-      });
-      child.once('exit', (code) => {
-        clearTimeout(timer);
-        reject(new Error(`dbus-daemon exited with ${code}`));
-      });
-    });
-  }
-
-  async stop(signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
-    const child = this.child;
-    this.child = undefined;
-    if (!child || child.exitCode !== null || child.signalCode !== null) return;
-    const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-    child.kill(signal);
-    const timer = setTimeout(() => child.kill('SIGKILL'), 3000);
-    await exited;
-    clearTimeout(timer);
-  }
-}
-
 /** A one-line D-Bus error message carries no stack trace and no source paths. */
 export function looksLikeStackTrace(message: string): boolean {
   return /\n\s*at\s/.test(message) || /\bat .*\.(ts|js):\d+:\d+/.test(message) || /node_modules|file:\/\//.test(message);
+}
+
+export interface RigOptions {
+  /** Prefix of the temp folder (dir) under os.tmpdir(). */
+  prefix: string;
+  /** The bus to start; default: a session-like bus. */
+  startBus?: () => Promise<PrivateBus>;
+  /** A private real libvirtd in dir/lv (root only) instead of libvirt's test driver on dir/node.xml. */
+  libvirtd?: boolean;
+  /** Written to dir/config.yaml and passed to the agent; without it the project's config/config.yaml. */
+  config?: ConfigOptions;
+  /** Runs once dir, dir/images and dir/node.xml exist; what it returns overrides the agent's options. */
+  prepare?: (dir: string) => Promise<Partial<AgentProcessOptions> | void>;
+  /** Start the agent (default) or leave that to the test (`rig.agent` stays undefined). */
+  startAgent?: boolean;
+  /** Runs at stop() after the agent, libvirtd and the bus are stopped, before dir is removed. */
+  cleanup?: () => void | Promise<void>;
+}
+
+/** What a reliability suite runs against: a private bus, the real agent, a raw client. */
+export interface Rig {
+  dir: string;
+  bus: PrivateBus;
+  /** With `libvirtd: true`; a test that restarts it assigns the new one here, for stop(). */
+  libvirtd?: PrivateLibvirtd;
+  opts: AgentProcessOptions;
+  agent?: AgentProcess;
+  client: MessageBus;
+  /** Closes the client, stops agent, libvirtd and bus, runs `cleanup`, removes dir. */
+  stop(): Promise<void>;
+}
+
+/** A private libvirtd in DIR/lv, sharing the persistent qemu capability cache. */
+export const startTestLibvirtd = (dir: string) => startLibvirtd({ runDir: path.join(dir, 'lv'), cacheDir: LIBVIRT_CACHE_DIR });
+
+/** Starts a Rig; when a step fails, stops what was started and rethrows. */
+export async function startRig(o: RigOptions): Promise<Rig> {
+  const rig = { dir: await mkdtemp(path.join(os.tmpdir(), o.prefix)) } as Rig;
+  rig.stop = async () => {
+    closeClient(rig.client);
+    await rig.agent?.stop();
+    await rig.libvirtd?.stop();
+    await rig.bus?.stop();
+    await o.cleanup?.();
+    await rm(rig.dir, { recursive: true, force: true });
+  };
+  try {
+    const { dir } = rig;
+    await mkdir(path.join(dir, 'images'));
+    await writeFile(path.join(dir, 'node.xml'), '<node/>');
+    if (o.libvirtd) rig.libvirtd = await startTestLibvirtd(dir);
+    rig.bus = await (o.startBus ?? startSessionBus)();
+    rig.opts = {
+      busAddress: rig.bus.address,
+      stateDir: path.join(dir, 'state'),
+      imageDir: path.join(dir, 'images'),
+      libvirtUri: rig.libvirtd?.uri ?? `test://${dir}/node.xml`,
+      ...(o.config ? { configFile: await writeConfig(path.join(dir, 'config.yaml'), o.config) } : {}),
+      ...(await o.prepare?.(dir)),
+    };
+    if (o.startAgent ?? true) rig.agent = await startAgent(rig.opts);
+    rig.client = await openClient(rig.bus.address);
+    return rig;
+  } catch (err) {
+    await rig.stop().catch(() => undefined);
+    throw err;
+  }
 }

@@ -1,14 +1,11 @@
-import { mkdtemp, rm } from 'node:fs/promises';
-import os from 'node:os';
-import path from 'node:path';
 import type { MessageBus } from 'dbus-next';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { writeMachines } from '../../../bench/fixtures.js';
 import { plainSocketAddress } from '../../../src/dbus/bus-address.js';
-import { startAgent, type AgentProcess } from '../../support/agent-process.js';
+import type { AgentProcess } from '../../support/agent-process.js';
 import { busctlCall } from '../../support/busctl.js';
-import { startSessionBus, type PrivateBus } from '../../support/dbus-daemon.js';
-import { closeClient, listMachines, manager, openClient, rawCall } from './helpers.js';
+import type { PrivateBus } from '../../support/dbus-daemon.js';
+import { listMachines, manager, rawCall, startRig, type Rig } from './helpers.js';
 
 // Regression: with the optional usocket addon installed, dbus-next sent every unix:path= message
 // through it, and messages over ~256 KB stalled or failed (EBADF/ECONNRESET): an agent with a few
@@ -18,25 +15,24 @@ import { closeClient, listMachines, manager, openClient, rawCall } from './helpe
 const COUNT = 4000; // ListMachines ~350 KB, GetManagedObjects several MB
 
 describe('large D-Bus messages', () => {
-  let dir: string;
+  let rig: Rig;
   let bus: PrivateBus;
   let agent: AgentProcess;
   let client: MessageBus;
 
   beforeAll(async () => {
-    dir = await mkdtemp(path.join(os.tmpdir(), 'vmk-large-'));
-    const { stateDir, imageDir, uri } = await writeMachines(dir, COUNT);
-    bus = await startSessionBus();
-    agent = await startAgent({ busAddress: bus.address, stateDir, imageDir, libvirtUri: uri, extraArgs: ['--log-level', 'info'] });
-    client = await openClient(bus.address);
+    rig = await startRig({
+      prefix: 'vmk-large-',
+      prepare: async (dir) => {
+        const { stateDir, imageDir, uri } = await writeMachines(dir, COUNT);
+        return { stateDir, imageDir, libvirtUri: uri, extraArgs: ['--log-level', 'info'] };
+      },
+    });
+    ({ bus, client } = rig);
+    agent = rig.agent!;
   }, 120_000);
 
-  afterAll(async () => {
-    closeClient(client);
-    await agent?.stop();
-    await bus?.stop();
-    if (dir) await rm(dir, { recursive: true, force: true });
-  });
+  afterAll(() => rig?.stop());
 
   it('rewrites unix addresses to the plain-socket form', () => {
     expect(plainSocketAddress('unix:path=/run/bus,guid=ab')).toBe('unix:socket=/run/bus,guid=ab');

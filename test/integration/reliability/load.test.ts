@@ -1,11 +1,8 @@
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
-import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runLoad, rssGrowth } from '../../../bench/load-run.js';
-import { startAgent, type AgentProcess } from '../../support/agent-process.js';
-import { startSessionBus, type PrivateBus } from '../../support/dbus-daemon.js';
-import { writeConfig } from './helpers.js';
+import type { AgentProcess } from '../../support/agent-process.js';
+import type { PrivateBus } from '../../support/dbus-daemon.js';
+import { startRig, type Rig } from './helpers.js';
 
 // Load: 200 concurrent D-Bus clients (separate dbus-next connections in 4 worker processes)
 // issuing reads and writes against the real agent on libvirt's test driver. No errors other than
@@ -18,24 +15,17 @@ const SECONDS = Number(process.env.VMKEEPER_LOAD_SECONDS ?? 20);
 const CLIENTS = Number(process.env.VMKEEPER_LOAD_CLIENTS ?? 200);
 
 describe('load: 200 concurrent clients', () => {
-  let dir: string;
+  let rig: Rig;
   let bus: PrivateBus;
   let agent: AgentProcess;
 
   beforeAll(async () => {
-    dir = await mkdtemp(path.join(os.tmpdir(), 'vmk-load-'));
-    await mkdir(path.join(dir, 'images'));
-    await writeFile(path.join(dir, 'node.xml'), '<node/>');
-    bus = await startSessionBus();
-    const configFile = await writeConfig(path.join(dir, 'config.yaml'), { logLevel: 'warn', pollIntervalMs: 1000, resyncIntervalSec: 30, sweepIntervalSec: 10 });
-    agent = await startAgent({ busAddress: bus.address, stateDir: path.join(dir, 'state'), imageDir: path.join(dir, 'images'), libvirtUri: `test://${dir}/node.xml`, configFile });
+    rig = await startRig({ prefix: 'vmk-load-', config: { logLevel: 'warn', pollIntervalMs: 1000, resyncIntervalSec: 30, sweepIntervalSec: 10 } });
+    bus = rig.bus;
+    agent = rig.agent!;
   }, 60_000);
 
-  afterAll(async () => {
-    await agent?.stop();
-    await bus?.stop();
-    if (dir) await rm(dir, { recursive: true, force: true });
-  });
+  afterAll(() => rig?.stop());
 
   it(`serves ${CLIENTS} clients for ${SECONDS} s without unexpected errors or memory growth`, async () => {
     const s = await runLoad({ address: bus.address, agentPid: agent.child.pid!, clients: CLIENTS, workers: 4, durationMs: SECONDS * 1000 });

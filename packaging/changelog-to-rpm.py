@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # Prints the RPM %changelog section for packaging/changelog (Debian format), newest first.
-#   changelog-to-rpm.sh CHANGELOG RELEASE
+#   changelog-to-rpm.py CHANGELOG RELEASE
 import re, sys
 from email.utils import parsedate_to_datetime
 
