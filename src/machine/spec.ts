@@ -6,6 +6,9 @@ import { invalidSpec } from './errors.js';
 
 export type PowerState = 'on' | 'off';
 
+/** What the agent does when a machine whose power is "on" stops without being asked to. */
+export type RestartPolicy = 'always' | 'never';
+
 export interface BootSpec {
   kernel: string;
   initrd?: string;
@@ -33,6 +36,8 @@ export interface MachineSpec {
   nics: NicSpec[];
   power: PowerState;
   gracePeriodSec?: number;
+  /** Absent means "always": restart with backoff (docs/operations.md). */
+  restartPolicy?: RestartPolicy;
   annotations: Record<string, string>;
 }
 
@@ -194,7 +199,7 @@ export function parseMachineSpec(jsonText: string, limits: SpecLimits): MachineS
 
 export function validateMachineSpec(raw: unknown, limits: SpecLimits): MachineSpec {
   if (!isObject(raw)) throw invalidSpec('(spec)', 'must be a JSON object');
-  onlyKeys(raw, ['cpus', 'memoryMiB', 'domainType', 'boot', 'disks', 'nics', 'power', 'gracePeriodSec', 'annotations'], '');
+  onlyKeys(raw, ['cpus', 'memoryMiB', 'domainType', 'boot', 'disks', 'nics', 'power', 'gracePeriodSec', 'restartPolicy', 'annotations'], '');
   const spec: MachineSpec = {
     cpus: integer(raw.cpus ?? 1, 'cpus', 1, limits.maxCpus),
     memoryMiB: integer(raw.memoryMiB ?? 256, 'memoryMiB', 16, limits.maxMemoryMiB),
@@ -210,6 +215,10 @@ export function validateMachineSpec(raw: unknown, limits: SpecLimits): MachineSp
   }
   if (raw.boot !== undefined) spec.boot = parseBoot(raw.boot, limits);
   if (raw.gracePeriodSec !== undefined) spec.gracePeriodSec = integer(raw.gracePeriodSec, 'gracePeriodSec', 0, MAX_GRACE_SEC);
+  if (raw.restartPolicy !== undefined) {
+    if (raw.restartPolicy !== 'always' && raw.restartPolicy !== 'never') throw invalidSpec('restartPolicy', 'must be "always" or "never"');
+    spec.restartPolicy = raw.restartPolicy;
+  }
   if (spec.boot === undefined && spec.disks.length === 0) throw invalidSpec('boot', 'a spec needs "boot" or at least one disk');
   return spec;
 }
