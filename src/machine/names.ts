@@ -15,14 +15,18 @@ export function validateMachineName(name: unknown): string {
   return name;
 }
 
-/** Escapes one D-Bus object path element the way systemd's bus_label_escape does. */
+/**
+ * Escapes one D-Bus object path element the way systemd's bus_label_escape (sd_bus_path_encode)
+ * does: letters pass, digits pass except in first place, every other byte becomes _xx.
+ */
 export function escapePathLabel(label: string): string {
   if (label.length === 0) return '_';
   let out = '';
-  for (const byte of Buffer.from(label, 'utf8')) {
-    const isAlnum = (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5a) || (byte >= 0x61 && byte <= 0x7a);
-    out += isAlnum ? String.fromCharCode(byte) : `_${byte.toString(16).padStart(2, '0')}`;
-  }
+  Buffer.from(label, 'utf8').forEach((byte, i) => {
+    const isAlpha = (byte >= 0x41 && byte <= 0x5a) || (byte >= 0x61 && byte <= 0x7a);
+    const isDigit = byte >= 0x30 && byte <= 0x39;
+    out += isAlpha || (isDigit && i > 0) ? String.fromCharCode(byte) : `_${byte.toString(16).padStart(2, '0')}`;
+  });
   return out;
 }
 

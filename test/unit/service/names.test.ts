@@ -27,11 +27,17 @@ describe('object path escaping (systemd bus_label_escape)', () => {
     ['a.b', 'a_2eb'],
     ['', '_'],
     ['é', '_c3_a9'],
+    ['1web', '_31web'],
+    ['0', '_30'],
+    ['a1', 'a1'],
   ])('%j -> %s', (label, escaped) => {
     expect(escapePathLabel(label)).toBe(escaped);
     expect(unescapePathLabel(escaped)).toBe(label);
   });
   it('builds machine object paths', () => {
     expect(machineObjectPath('web-1')).toBe('/org/vmkeeper1/machine/web_2d1');
+  });
+  it('escapes a leading digit as sd_bus_path_encode does (1web is at _31web)', () => {
+    expect(machineObjectPath('1web')).toBe('/org/vmkeeper1/machine/_31web');
   });
 });
