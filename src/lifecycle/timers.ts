@@ -25,10 +25,15 @@ export class KeyedTimers {
   }
 }
 
-/** Runs an async job every intervalMs, never two at once; the next run is timed from the end of the last. */
+/**
+ * Runs an async job every intervalMs, never two at once; the next run is timed from the end of the
+ * last. start and stop may be called in any order and any number of times: there is never more
+ * than one loop, even when start follows a stop while a run is still in flight.
+ */
 export class PeriodicTask {
   private timer: TimerHandle | undefined;
   private running = false;
+  private inFlight = false;
 
   constructor(
     private readonly clock: Clock,
@@ -38,21 +43,31 @@ export class PeriodicTask {
   ) {}
 
   start(): void {
+    if (this.running) return;
     this.running = true;
-    this.schedule();
+    // A run still in flight from before a stop schedules the next one when it ends.
+    if (!this.inFlight) this.schedule();
   }
 
   stop(): void {
     this.running = false;
     this.timer?.cancel();
+    this.timer = undefined;
   }
 
   private schedule(): void {
+    this.timer?.cancel();
     this.timer = this.clock.setTimer(this.intervalMs, () => {
+      this.timer = undefined;
       if (!this.running) return;
-      void this.job()
+      this.inFlight = true;
+      // new Promise: a job that throws before returning its promise must not end the loop.
+      void new Promise<unknown>((resolve) => resolve(this.job()))
         .catch(this.onError)
-        .finally(() => this.running && this.schedule());
+        .finally(() => {
+          this.inFlight = false;
+          if (this.running) this.schedule();
+        });
     });
   }
 }
