@@ -1,11 +1,10 @@
 import { ConnectListAllDomainsFlags, DomainState, Hypervisor as NativeHypervisor, type Domain } from '@unraid/libvirt';
 import type { Clock } from '../../lifecycle/clock.js';
-import { Semaphore } from '../../lifecycle/semaphore.js';
 import type { Logger } from '../../logging/logger.js';
 import { AgentError, describeError } from '../../machine/errors.js';
 import { DOMAIN_NAME_PREFIX } from '../../machine/names.js';
 import type { DomainDefinition, DomainRunState, DomainSummary, Hypervisor } from '../port.js';
-import { CallTimeoutError, withCallTimeout } from './call-timeout.js';
+import { BoundedCalls, CallQueueTimeoutError, CallTimeoutError, withCallTimeout } from './call-timeout.js';
 
 // The binding carries no libvirt error codes, only messages: these patterns are the whole
 // classification. Messages differ by driver (qemu vs test), hence the loose wording.
@@ -26,6 +25,10 @@ export interface LibvirtHypervisorOptions {
    * hung daemon never does: keep half the pool (UV_THREADPOOL_SIZE, default 4) for file I/O.
    */
   maxConcurrentCalls?: number;
+  /** How long a call may wait for a free slot before it fails unissued; defaults to callTimeoutMs. */
+  queueTimeoutMs?: number;
+  /** Opens the native binding; tests pass a fake. */
+  createNative?: (uri: string) => NativeHypervisor;
 }
 
 const messageOf = (err: unknown): string => describeError(err);
@@ -42,12 +45,12 @@ export class LibvirtHypervisor implements Hypervisor {
   private opening: Promise<NativeHypervisor> | undefined;
   private closed = false;
   /**
-   * Native calls that timed out but have not returned: each still holds a libuv pool thread,
-   * which file I/O needs too. While any is pending the daemon is hung, so fail fast instead of
-   * parking another thread on every poll (a frozen libvirtd would otherwise starve the store).
+   * Native calls that timed out but have not returned still hold a libuv pool thread, which file
+   * I/O needs too. While any is pending the daemon is hung, so fail fast instead of parking
+   * another thread on every poll (a frozen libvirtd would otherwise starve the store).
    */
-  private stuck = 0;
-  private readonly slots: Semaphore;
+  private readonly calls: BoundedCalls;
+  private readonly createNative: (uri: string) => NativeHypervisor;
   private idNames = new Map<number, string>();
 
   constructor(opts: LibvirtHypervisorOptions) {
@@ -55,7 +58,13 @@ export class LibvirtHypervisor implements Hypervisor {
     this.callTimeoutMs = opts.callTimeoutMs;
     this.logger = opts.logger;
     this.clock = opts.clock;
-    this.slots = new Semaphore(opts.maxConcurrentCalls ?? Math.max(1, Math.floor((Number(process.env.UV_THREADPOOL_SIZE) || 4) / 2)));
+    this.calls = new BoundedCalls({
+      clock: opts.clock,
+      slots: opts.maxConcurrentCalls ?? Math.max(1, Math.floor((Number(process.env.UV_THREADPOOL_SIZE) || 4) / 2)),
+      callTimeoutMs: opts.callTimeoutMs,
+      queueTimeoutMs: opts.queueTimeoutMs ?? opts.callTimeoutMs,
+    });
+    this.createNative = opts.createNative ?? ((uri) => new NativeHypervisor({ uri }));
   }
 
   async connect(): Promise<void> {
@@ -200,14 +209,13 @@ export class LibvirtHypervisor implements Hypervisor {
   private async open(): Promise<NativeHypervisor> {
     this.refuseWhileStuck('connectOpen');
     // A fresh native object each time: the old one may be stuck inside a call that never returns.
-    const native = new NativeHypervisor({ uri: this.uri });
-    const opened = this.slots.run(() => native.connectOpen());
+    const native = this.createNative(this.uri);
+    let opened: Promise<void> | undefined;
     try {
-      await withCallTimeout(this.clock, this.callTimeoutMs, 'connectOpen', () => opened);
+      await this.calls.run('connectOpen', () => (opened = native.connectOpen()));
     } catch (err) {
-      if (err instanceof CallTimeoutError) this.park(opened);
       // An open that succeeds after we gave up would leak: close it when it lands.
-      void opened.then(() => native.connectClose(), () => undefined).catch(() => undefined);
+      void opened?.then(() => native.connectClose(), () => undefined).catch(() => undefined);
       if (err instanceof AgentError) throw err;
       throw new AgentError('HypervisorUnavailable', `cannot connect to libvirt at ${this.uri}: ${messageOf(err)}`, { cause: err });
     }
@@ -221,19 +229,15 @@ export class LibvirtHypervisor implements Hypervisor {
   private async call<T>(op: string, fn: (native: NativeHypervisor) => Promise<T>): Promise<T> {
     this.refuseWhileStuck(op);
     const native = await this.connection();
-    let pending: Promise<T> | undefined;
-    let abandoned = false;
-    // The slot is held until the native call settles, not until we stop waiting for it.
-    const run = () => (abandoned ? Promise.reject(new Error(`${op} abandoned`)) : (pending = fn(native)));
     try {
-      return await withCallTimeout(this.clock, this.callTimeoutMs, op, () => this.slots.run(run));
+      return await this.calls.run(op, () => fn(native));
     } catch (err) {
       if (err instanceof CallTimeoutError) {
-        abandoned = true;
-        if (pending) this.park(pending);
         this.markBroken(native, err.message, false);
         throw err;
       }
+      // Never issued: it says the agent is busy, nothing about the connection.
+      if (err instanceof CallQueueTimeoutError) throw err;
       if (isConnectionLost(err)) {
         this.markBroken(native, messageOf(err), true);
         throw new AgentError('HypervisorUnavailable', `libvirt call ${op} failed: ${messageOf(err)}`, { cause: err });
@@ -244,16 +248,10 @@ export class LibvirtHypervisor implements Hypervisor {
   }
 
   private refuseWhileStuck(op: string): void {
-    if (this.stuck > 0) {
-      throw new AgentError('HypervisorUnavailable', `libvirt call ${op} not attempted: ${this.stuck} earlier calls to ${this.uri} have not returned yet`);
+    const stuck = this.calls.stuck;
+    if (stuck > 0) {
+      throw new AgentError('HypervisorUnavailable', `libvirt call ${op} not attempted: ${stuck} earlier calls to ${this.uri} have not returned yet`);
     }
-  }
-
-  /** Counts a timed-out call until it finally settles. */
-  private park(pending: Promise<unknown>): void {
-    this.stuck++;
-    const settled = () => void this.stuck--;
-    pending.then(settled, settled);
   }
 
   private markBroken(native: NativeHypervisor, why: string, closeOld: boolean): void {

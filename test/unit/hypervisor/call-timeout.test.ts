@@ -1,6 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import { CallTimeoutError, withCallTimeout } from '../../../src/hypervisor/libvirt/call-timeout.js';
+import { DomainState, type Hypervisor as NativeHypervisor } from '@unraid/libvirt';
+import { BoundedCalls, CallQueueTimeoutError, CallTimeoutError, withCallTimeout } from '../../../src/hypervisor/libvirt/call-timeout.js';
+import { LibvirtHypervisor } from '../../../src/hypervisor/libvirt/libvirt-hypervisor.js';
 import { FakeClock, flushMicrotasks } from '../../../src/lifecycle/fake-clock.js';
+import { silentLogger } from '../../../src/logging/logger.js';
 import { isAgentError } from '../../../src/machine/errors.js';
 
 const never = () => new Promise<never>(() => {});
@@ -41,5 +44,132 @@ describe('withCallTimeout', () => {
     finish('late');
     await flushMicrotasks();
     expect(await settled).toBe('libvirt call op timed out after 10 ms');
+  });
+});
+
+/** A slot-holding call that answers `value` after ms of fake time (never, when ms is Infinity). */
+const answerAfter = <T>(clock: FakeClock, ms: number, value: T) => () =>
+  ms === Infinity ? never() : clock.sleep(ms).then(() => value);
+
+/** Settles a promise into a plain outcome so a test can look at it while time moves. */
+function track<T>(p: Promise<T>) {
+  const t: { value?: T; error?: unknown } = {};
+  void p.then((v) => (t.value = v), (e: unknown) => (t.error = e));
+  return t;
+}
+
+describe('BoundedCalls', () => {
+  const setup = (o: { slots?: number; callTimeoutMs?: number; queueTimeoutMs?: number } = {}) => {
+    const clock = new FakeClock();
+    const calls = new BoundedCalls({ clock, slots: o.slots ?? 1, callTimeoutMs: o.callTimeoutMs ?? 5000, queueTimeoutMs: o.queueTimeoutMs ?? 60_000 });
+    return { clock, calls };
+  };
+
+  it('times a call from when it is issued, not from when it joined the queue', async () => {
+    const { clock, calls } = setup();
+    const first = track(calls.run('a', answerAfter(clock, 4000, 'a')));
+    const second = track(calls.run('b', answerAfter(clock, 4000, 'b')));
+    await clock.advance(7999); // b has waited 4 s and run ~4 s: 8 s in all, more than the 5 s limit
+    expect(first.value).toBe('a');
+    expect(second).toEqual({});
+    await clock.advance(1);
+    expect(second.value).toBe('b');
+    expect(calls.stuck).toBe(0);
+  });
+
+  it('a call that waits too long for a slot fails with CallQueueTimeoutError, is never issued, and frees its place', async () => {
+    const { clock, calls } = setup({ queueTimeoutMs: 2000 });
+    const first = track(calls.run('a', answerAfter(clock, 3000, 'a')));
+    let issued = false;
+    const queued = track(calls.run('domainLookupByName(x)', () => ((issued = true), Promise.resolve('b'))));
+    await clock.advance(2000);
+    expect(queued.error).toBeInstanceOf(CallQueueTimeoutError);
+    expect(queued.error).not.toBeInstanceOf(CallTimeoutError);
+    expect(isAgentError(queued.error, 'HypervisorUnavailable')).toBe(true);
+    expect((queued.error as Error).message).toBe('libvirt call domainLookupByName(x) not issued: all 1 call slots stayed busy for 2000 ms');
+    await clock.advance(1000);
+    expect(first.value).toBe('a');
+    const after = track(calls.run('c', () => Promise.resolve('c')));
+    await flushMicrotasks();
+    expect(after.value).toBe('c');
+    expect(issued).toBe(false);
+  });
+
+  it('a call libvirt never answers times out, keeps its slot and counts as stuck until it returns', async () => {
+    const { clock, calls } = setup();
+    let finish!: () => void;
+    const hung = track(calls.run('getInfo', () => new Promise<void>((r) => (finish = r))));
+    await clock.advance(5000);
+    expect(hung.error).toBeInstanceOf(CallTimeoutError);
+    expect(calls.stuck).toBe(1);
+    const next = track(calls.run('next', () => Promise.resolve(1)));
+    await flushMicrotasks();
+    expect(next).toEqual({}); // the hung call still holds the only slot
+    finish();
+    await flushMicrotasks();
+    expect(calls.stuck).toBe(0);
+    expect(next.value).toBe(1);
+  });
+});
+
+/** Just what LibvirtHypervisor.domainState uses of the binding; every call answers after `delayMs`. */
+function fakeNative(clock: FakeClock, delayMs: number) {
+  const counts = { opens: 0, calls: 0 };
+  const native = {
+    connectOpen: async () => void counts.opens++,
+    connectClose: async () => undefined,
+    domainLookupByName: (name: string) => {
+      counts.calls++;
+      return answerAfter(clock, delayMs, { getInfo: () => (counts.calls++, answerAfter(clock, delayMs, { state: DomainState.RUNNING })()) })();
+    },
+  };
+  return { counts, createNative: () => native as unknown as NativeHypervisor };
+}
+
+describe('LibvirtHypervisor call timeouts', () => {
+  const setup = (o: { delayMs: number; queueTimeoutMs?: number }) => {
+    const clock = new FakeClock();
+    const native = fakeNative(clock, o.delayMs);
+    const hv = new LibvirtHypervisor({
+      uri: 'test:///fake', callTimeoutMs: 5000, queueTimeoutMs: o.queueTimeoutMs, maxConcurrentCalls: 1,
+      logger: silentLogger, clock, createNative: native.createNative,
+    });
+    return { clock, hv, counts: native.counts };
+  };
+
+  it('time waiting for a slot does not count against the call timeout: under load the connection stays up', async () => {
+    const { clock, hv, counts } = setup({ delayMs: 1000, queueTimeoutMs: 60_000 });
+    await hv.connect();
+    // 4 lookups + 4 getInfo through one slot: the last waits 7 s, each call takes 1 s of its 5 s.
+    const states = ['a', 'b', 'c', 'd'].map((n) => track(hv.domainState(`vmkeeper-${n}`)));
+    await clock.advance(8000);
+    expect(states.map((s) => s.error ?? s.value)).toEqual(['running', 'running', 'running', 'running']);
+    expect(hv.isConnected()).toBe(true);
+    expect(counts.opens).toBe(1);
+  });
+
+  it('a call that timed out while still queued fails with CallQueueTimeoutError and does not mark the connection broken', async () => {
+    const { clock, hv, counts } = setup({ delayMs: 3000, queueTimeoutMs: 2000 });
+    await hv.connect();
+    const busy = track(hv.domainState('vmkeeper-busy'));
+    const queued = track(hv.domainState('vmkeeper-queued'));
+    await clock.advance(2000);
+    expect(queued.error).toBeInstanceOf(CallQueueTimeoutError);
+    expect(hv.isConnected()).toBe(true);
+    await clock.advance(4000);
+    expect(busy.value).toBe('running');
+    const later = track(hv.domainState('vmkeeper-later'));
+    await clock.advance(6000);
+    expect(later.value).toBe('running');
+    expect(counts.opens).toBe(1);
+  });
+
+  it('a call libvirt does not answer within the timeout still marks the connection broken', async () => {
+    const { clock, hv } = setup({ delayMs: Infinity });
+    await hv.connect();
+    const hung = track(hv.domainState('vmkeeper-hung'));
+    await clock.advance(5000);
+    expect(hung.error).toBeInstanceOf(CallTimeoutError);
+    expect(hv.isConnected()).toBe(false);
   });
 });
