@@ -48,7 +48,7 @@ export async function writeMachines(dir: string, count: number): Promise<{ state
   const records = Array.from({ length: count }, (_, i) =>
     settledRecord(machineName(i), randomUUID(), {
       annotations: { owner: 'bench' },
-      spec: { cpus: 1, memoryMiB: 64, domainType: 'qemu', boot: { kernel: `${imageDir}/vmlinuz` }, disks: [], nics: [], power: 'off', annotations: {} },
+      spec: { cpus: 1, memoryMiB: 64, domainType: 'qemu', boot: { kernel: `${imageDir}/vmlinuz` }, disks: [], nics: [], power: 'off' },
       status: { ...newStatus(), state: 'stopped', domainDefined: true },
     }),
   );

@@ -23,7 +23,6 @@ function writeRecords(dir: string, count: number): Promise<void> {
         disks: [{ name: 'root', image: '/var/lib/vmkeeper/images/base.qcow2' }, { name: 'data', sizeGiB: 20 }],
         nics: [{ name: 'eth0', network: 'default' }],
         power: 'on',
-        annotations: {},
       },
       status: { ...newStatus(), state: 'running', domainDefined: true },
     }),

@@ -23,7 +23,6 @@ export function makeRecord(name: string, overrides: Partial<MachineRecord> = {})
       disks: [{ name: 'root', sizeGiB: 1 }],
       nics: [],
       power: 'on',
-      annotations: {},
     },
     status: newStatus(),
     ...overrides,
