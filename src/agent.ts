@@ -8,6 +8,7 @@ import type { Logger } from './logging/logger.js';
 import { describeError } from './machine/errors.js';
 import { recordsDir } from './machine/paths.js';
 import type { DiskProvisioner, Hypervisor } from './hypervisor/port.js';
+import type { ImageChecker } from './hypervisor/image-guard.js';
 import type { MachineStore } from './store/port.js';
 import type { MachineApiEvents } from './service/api.js';
 import { EventLog } from './service/event-log.js';
@@ -15,6 +16,7 @@ import { MachineRecords } from './service/machine-records.js';
 import { MachineService } from './service/machine-service.js';
 import { DomainObserver } from './reconciler/domain-observer.js';
 import { DomainProvisioner } from './reconciler/domain-provisioner.js';
+import { DomainOwnership } from './reconciler/domain-ownership.js';
 import { Reconciler } from './reconciler/reconciler.js';
 import { Sweeper } from './sweeper/sweeper.js';
 
@@ -28,6 +30,8 @@ export interface AgentParts {
   store: MachineStore;
   hypervisor: Hypervisor;
   disks: DiskProvisioner;
+  /** Checks image paths on disk (symlinks, backing chains); without it only their text is checked. */
+  images?: ImageChecker;
 }
 
 /** The agent's core, wired: everything except the process (signals, bus, sd_notify) around it. */
@@ -37,6 +41,8 @@ export class Agent {
   readonly reconciler: Reconciler;
   readonly sweeper: Sweeper;
   readonly records: MachineRecords;
+  /** Which domains under our names are really ours; shared by every part that acts on domains. */
+  readonly ownership: DomainOwnership;
   private readonly logger: Logger;
 
   constructor(private readonly parts: AgentParts) {
@@ -46,13 +52,15 @@ export class Agent {
     const events = new EventLog(clock, logger, (e) => emitter.emit('event', e));
     this.records = new MachineRecords(store, events, emitter);
     const machineLock = new KeyedLock();
-    const provisioner = new DomainProvisioner(hypervisor, disks, config.stateDir);
+    const provisioner = new DomainProvisioner(hypervisor, disks, config.stateDir, parts.images);
+    this.ownership = new DomainOwnership(hypervisor, (xml) => provisioner.isOurs(xml));
     const m = config.machines;
     this.service = new MachineService({
       records: this.records,
       events,
       clock,
       limits: specLimitsFrom(config),
+      images: parts.images,
       info: {
         version: AGENT_VERSION,
         libvirtUri: config.libvirt.uri,
@@ -70,8 +78,10 @@ export class Agent {
     const loopParts = { records: this.records, hypervisor, observer: () => this.observer, provisioner, clock, logger, machineLock };
     this.reconciler = new Reconciler({
       ...loopParts,
+      ownership: this.ownership,
       resyncIntervalMs: m.resyncIntervalSec * 1000,
-      requestPowerOff: (name) => this.service.setPower(name, 'off').catch(() => undefined),
+      defaultGracePeriodSec: m.defaultGracePeriodSec,
+      handOff: (name) => void this.sweeper.kick(name),
     });
     this.sweeper = new Sweeper({
       ...loopParts,
@@ -95,8 +105,8 @@ export class Agent {
 
   /** Loads the records and starts watching libvirt. A dead libvirtd leaves the agent degraded, not down. */
   async start(): Promise<void> {
+    // The store logs each quarantined file itself, once, with its reason.
     const loaded = await this.parts.store.load();
-    for (const q of loaded.quarantined) this.logger.warn(`moved unreadable record ${q.file} aside to ${q.movedTo}: ${q.reason}`);
     this.logger.info(`loaded ${loaded.records} machine records from ${recordsDir(this.parts.config.stateDir)}`);
     this.reconciler.start();
     this.sweeper.start();
@@ -119,7 +129,7 @@ export class Agent {
     this.reconciler.stop();
   }
 
-  /** The host shutdown was called off (logind PrepareForShutdown false): reconcile again. */
+  /** The host shutdown was called off (logind PrepareForShutdown false): reconcile again (start is idempotent). */
   leaveShutdown(): void {
     this.service.setAgentState(this.observer.isConnected ? 'running' : 'degraded');
     this.reconciler.start();

@@ -1,5 +1,6 @@
 import type { DiskProvisioner, Hypervisor } from '../hypervisor/port.js';
 import { buildDomainXml, isOurDomainXml } from '../hypervisor/domain-xml.js';
+import type { ImageChecker } from '../hypervisor/image-guard.js';
 import type { MachineRecord } from '../machine/record.js';
 import { diskFile, machineDataDir, serialLogFile } from '../machine/paths.js';
 
@@ -9,10 +10,14 @@ export class DomainProvisioner {
     private readonly hypervisor: Hypervisor,
     private readonly disks: DiskProvisioner,
     private readonly stateDir: string,
+    /** Checks image paths on disk; records loaded from the state dir never went through the API. */
+    private readonly images?: ImageChecker,
   ) {}
 
   /** Idempotent: existing disk files are kept, an existing definition is replaced by the same one. */
   async define(record: MachineRecord): Promise<void> {
+    // Before qemu-img opens an image or libvirt is handed a kernel path.
+    await this.images?.checkSpec(record.spec);
     await this.disks.ensureDir(machineDataDir(this.stateDir, record.name));
     const disks = [];
     for (const disk of record.spec.disks) {

@@ -11,6 +11,7 @@ import {
 } from '../machine/record.js';
 import { parseAnnotations, parseMachineSpec, parsePower, type SpecLimits } from '../machine/spec.js';
 import type { Clock } from '../lifecycle/clock.js';
+import type { ImageChecker } from '../hypervisor/image-guard.js';
 import type { AgentEvent, AgentState, ManagerInfo, MachineApi, MachineApiEvents } from './api.js';
 import type { EventLog } from './event-log.js';
 import type { MachineRecords } from './machine-records.js';
@@ -23,6 +24,8 @@ export interface MachineServiceOptions {
   info: Omit<ManagerInfo, 'state' | 'libvirtConnected'>;
   /** Tells the reconciler and sweeper that a machine needs attention now. */
   kick: (name: string) => void;
+  /** Resolves image paths on disk (symlinks, backing chains) before a record is stored. */
+  images?: ImageChecker;
 }
 
 const MAX_GRACE_SEC = 24 * 3600;
@@ -38,6 +41,7 @@ export class MachineService implements MachineApi {
     validateMachineName(name);
     if (this.refusesNewWork()) throw shuttingDown();
     const spec = parseMachineSpec(specJson, this.o.limits);
+    await this.o.images?.checkSpec(spec);
     const now = this.o.clock.now();
     const stored = await this.o.records.create(
       name,
