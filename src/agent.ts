@@ -16,7 +16,6 @@ import { MachineRecords } from './service/machine-records.js';
 import { MachineService } from './service/machine-service.js';
 import { DomainObserver } from './reconciler/domain-observer.js';
 import { DomainProvisioner } from './reconciler/domain-provisioner.js';
-import { DomainOwnership } from './reconciler/domain-ownership.js';
 import { Reconciler } from './reconciler/reconciler.js';
 import { Sweeper } from './sweeper/sweeper.js';
 
@@ -41,8 +40,6 @@ export class Agent {
   readonly reconciler: Reconciler;
   readonly sweeper: Sweeper;
   readonly records: MachineRecords;
-  /** Which domains under our names are really ours; shared by every part that acts on domains. */
-  readonly ownership: DomainOwnership;
   private readonly logger: Logger;
 
   constructor(private readonly parts: AgentParts) {
@@ -53,7 +50,6 @@ export class Agent {
     this.records = new MachineRecords(store, events, emitter);
     const machineLock = new KeyedLock();
     const provisioner = new DomainProvisioner(hypervisor, disks, config.stateDir, parts.images);
-    this.ownership = new DomainOwnership(hypervisor, (xml) => provisioner.isOurs(xml));
     const m = config.machines;
     this.service = new MachineService({
       records: this.records,
@@ -78,10 +74,8 @@ export class Agent {
     const loopParts = { records: this.records, hypervisor, observer: () => this.observer, provisioner, clock, logger, machineLock };
     this.reconciler = new Reconciler({
       ...loopParts,
-      ownership: this.ownership,
       resyncIntervalMs: m.resyncIntervalSec * 1000,
-      defaultGracePeriodSec: m.defaultGracePeriodSec,
-      handOff: (name) => void this.sweeper.kick(name),
+      requestPowerOff: (name) => this.service.setPower(name, 'off').catch(() => undefined),
     });
     this.sweeper = new Sweeper({
       ...loopParts,
@@ -105,8 +99,8 @@ export class Agent {
 
   /** Loads the records and starts watching libvirt. A dead libvirtd leaves the agent degraded, not down. */
   async start(): Promise<void> {
-    // The store logs each quarantined file itself, once, with its reason.
     const loaded = await this.parts.store.load();
+    for (const q of loaded.quarantined) this.logger.warn(`moved unreadable record ${q.file} aside to ${q.movedTo}: ${q.reason}`);
     this.logger.info(`loaded ${loaded.records} machine records from ${recordsDir(this.parts.config.stateDir)}`);
     this.reconciler.start();
     this.sweeper.start();
@@ -129,7 +123,7 @@ export class Agent {
     this.reconciler.stop();
   }
 
-  /** The host shutdown was called off (logind PrepareForShutdown false): reconcile again (start is idempotent). */
+  /** The host shutdown was called off (logind PrepareForShutdown false): reconcile again. */
   leaveShutdown(): void {
     this.service.setAgentState(this.observer.isConnected ? 'running' : 'degraded');
     this.reconciler.start();
