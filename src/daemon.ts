@@ -5,6 +5,8 @@ import type { MessageBus } from 'dbus-next';
 import { connectBus } from './dbus/bus-address.js';
 import { DBusService } from './dbus/dbus-service.js';
 import { QemuImgDiskProvisioner } from './hypervisor/disk-provisioner.js';
+import { ImageGuard, qemuImgInspector } from './hypervisor/image-guard.js';
+import { QemuImg } from './hypervisor/qemu-img.js';
 import { LibvirtHypervisor } from './hypervisor/libvirt/libvirt-hypervisor.js';
 import { systemClock } from './lifecycle/clock.js';
 import { recordsDir } from './machine/paths.js';
@@ -22,13 +24,16 @@ export interface RunningDaemon {
 /** Builds and starts everything for a config; used by main() and by in-process integration tests. */
 export async function startDaemon(config: Config, logger: Logger): Promise<RunningDaemon> {
   const clock = systemClock;
+  // Inspections are answered while a caller waits on the bus: a short deadline, unlike disk creation.
+  const inspector = new QemuImg({ timeoutMs: 10_000, logger });
   const agent = new Agent({
     config,
     clock,
     logger,
     store: new FileMachineStore({ dir: recordsDir(config.stateDir), logger }),
     hypervisor: new LibvirtHypervisor({ uri: config.libvirt.uri, callTimeoutMs: config.libvirt.callTimeoutSec * 1000, logger, clock }),
-    disks: new QemuImgDiskProvisioner(),
+    disks: new QemuImgDiskProvisioner({ logger }),
+    images: new ImageGuard({ imageDirectories: config.imageDirectories, inspect: qemuImgInspector(inspector) }),
   });
   await agent.start();
   const bus = await connectBus(config.bus);
