@@ -16,6 +16,7 @@ import { MachineRecords } from './service/machine-records.js';
 import { MachineService } from './service/machine-service.js';
 import { DomainObserver } from './reconciler/domain-observer.js';
 import { DomainProvisioner } from './reconciler/domain-provisioner.js';
+import { DomainOwnership } from './reconciler/domain-ownership.js';
 import { Reconciler } from './reconciler/reconciler.js';
 import { Sweeper } from './sweeper/sweeper.js';
 
@@ -40,6 +41,8 @@ export class Agent {
   readonly reconciler: Reconciler;
   readonly sweeper: Sweeper;
   readonly records: MachineRecords;
+  /** Which domains under our names are really ours; shared by every part that acts on domains. */
+  readonly ownership: DomainOwnership;
   private readonly logger: Logger;
 
   constructor(private readonly parts: AgentParts) {
@@ -50,6 +53,7 @@ export class Agent {
     this.records = new MachineRecords(store, events, emitter);
     const machineLock = new KeyedLock();
     const provisioner = new DomainProvisioner(hypervisor, disks, config.stateDir, parts.images);
+    this.ownership = new DomainOwnership(hypervisor, (xml) => provisioner.isOurs(xml));
     const m = config.machines;
     this.service = new MachineService({
       records: this.records,
@@ -74,8 +78,10 @@ export class Agent {
     const loopParts = { records: this.records, hypervisor, observer: () => this.observer, provisioner, clock, logger, machineLock };
     this.reconciler = new Reconciler({
       ...loopParts,
+      ownership: this.ownership,
       resyncIntervalMs: m.resyncIntervalSec * 1000,
-      requestPowerOff: (name) => this.service.setPower(name, 'off').catch(() => undefined),
+      defaultGracePeriodSec: m.defaultGracePeriodSec,
+      handOff: (name) => void this.sweeper.kick(name),
     });
     this.sweeper = new Sweeper({
       ...loopParts,
@@ -123,7 +129,7 @@ export class Agent {
     this.reconciler.stop();
   }
 
-  /** The host shutdown was called off (logind PrepareForShutdown false): reconcile again. */
+  /** The host shutdown was called off (logind PrepareForShutdown false): reconcile again (start is idempotent). */
   leaveShutdown(): void {
     this.service.setAgentState(this.observer.isConnected ? 'running' : 'degraded');
     this.reconciler.start();

@@ -7,63 +7,98 @@ import type { Logger } from '../logging/logger.js';
 import { describeError } from '../machine/errors.js';
 import { machineNameFromDomain } from '../machine/names.js';
 import { isShuttingDown, type MachineRecord, type MachineState } from '../machine/record.js';
-import { isDomainActive, type Hypervisor } from '../hypervisor/port.js';
+import { isDomainActive, type DomainSummary, type Hypervisor } from '../hypervisor/port.js';
 import type { MachineRecords } from '../service/machine-records.js';
 import type { DomainObserver, DomainSnapshot } from './domain-observer.js';
+import type { DomainOwnership } from './domain-ownership.js';
 import type { DomainProvisioner } from './domain-provisioner.js';
+import { OrphanReporter } from './orphan-reporter.js';
+import { RestartSchedule } from './restart-schedule.js';
 
 export interface ReconcilerOptions {
   records: MachineRecords;
   hypervisor: Hypervisor;
   observer: () => DomainObserver;
   provisioner: DomainProvisioner;
+  ownership: DomainOwnership;
   clock: Clock;
   logger: Logger;
   /** Shared with the sweeper: one hypervisor action per machine at a time. */
   machineLock: KeyedLock;
   resyncIntervalMs: number;
+  /** Grace of a power-off the reconciler starts itself, for machines without spec.gracePeriodSec. */
+  defaultGracePeriodSec: number;
   concurrency?: number;
-  /** Asks the agent to start a graceful power-off (a running domain whose power is "off"). */
-  requestPowerOff: (name: string) => Promise<void>;
+  /** Gives a machine whose shutdown the reconciler just began to the sweeper (not awaited). */
+  handOff: (name: string) => void;
+}
+
+export interface ReconcilerStats {
+  /** Reconcile passes run (one machine each), to prove that a settled machine costs none. */
+  passes: number;
 }
 
 /**
  * Drives machines that are not being shut down from desired to actual: defines missing domains,
- * starts those whose power is on, and keeps status.state true to what libvirt reports.
+ * starts those whose power is on, shuts down those started behind its back, and keeps
+ * status.state true to what libvirt reports. Never touches a domain that is not ours.
  */
 export class Reconciler {
+  readonly stats: ReconcilerStats = { passes: 0 };
   private readonly backoff = new Backoff();
   private readonly queued = new Set<string>();
   private readonly retryTimers: KeyedTimers;
   private readonly resync: PeriodicTask;
   private readonly limiter: Semaphore;
-  private readonly reportedOrphans = new Set<string>();
+  private readonly restarts: RestartSchedule;
+  private readonly orphans: OrphanReporter;
   private running = false;
 
   constructor(private readonly o: ReconcilerOptions) {
     this.limiter = new Semaphore(o.concurrency ?? 8);
     this.retryTimers = new KeyedTimers(o.clock);
+    this.restarts = new RestartSchedule(o.clock);
     this.resync = new PeriodicTask(o.clock, o.resyncIntervalMs, () => this.resyncAll(),
       (err) => o.logger.error(`resync failed: ${describeError(err)}`));
+    this.orphans = new OrphanReporter({
+      hasRecord: (domainName) => this.recordOf(domainName) !== undefined,
+      isMarked: (domainName) => o.ownership.isMarked(domainName),
+      report: (domainName, machine) => o.records.event(machine ?? domainName, 'warning', 'OrphanDomain',
+        `domain ${domainName} carries the vmkeeper mark but has no machine record; left untouched`),
+    });
+    o.records.emitter.on('machineRemoved', (r) => {
+      this.restarts.forget(r.name);
+      this.backoff.succeed(r.name);
+    });
   }
 
+  /** Idempotent: a second start (e.g. a host shutdown called off twice) must not double the resync loop. */
   start(): void {
+    if (this.running) return;
     this.running = true;
     this.resync.start();
   }
 
+  /**
+   * Also forgets which domains it saw running: guests stopped by a host shutdown (even one called
+   * off later) were stopped on purpose, not behind the agent's back.
+   */
   stop(): void {
     this.running = false;
     this.resync.stop();
     this.retryTimers.cancelAll();
+    this.restarts.forgetSightings();
   }
 
-  /** A record changed or a domain changed state: look at this machine soon. */
+  /**
+   * A record changed or a domain changed state: look at this machine soon. The slot is taken
+   * before the machine lock, so a queued reconcile never holds the lock a due force stop needs.
+   */
   kick(name: string): Promise<void> {
     if (!this.running || this.queued.has(name)) return Promise.resolve();
     this.queued.add(name);
-    return this.o.machineLock.run(name, () =>
-      this.limiter.run(async () => {
+    return this.limiter.run(() =>
+      this.o.machineLock.run(name, async () => {
         this.queued.delete(name);
         await this.reconcile(name);
       }),
@@ -78,15 +113,24 @@ export class Reconciler {
   /** Not awaited by the observer: a slow domain start must not delay the next poll. */
   onSnapshot(snapshot: DomainSnapshot, changed: ReadonlySet<string>): void {
     for (const domainName of changed) {
-      const name = machineNameFromDomain(domainName);
-      if (name && this.o.records.get(name)) void this.kick(name);
+      if (!snapshot.has(domainName)) this.o.ownership.forget(domainName);
+      const record = this.recordOf(domainName);
+      if (record) void this.kick(record.name);
     }
-    void this.reportOrphans(snapshot);
+    void this.orphans.review(snapshot).catch((err) => this.o.logger.warn(`orphan check failed: ${describeError(err)}`));
+  }
+
+  private recordOf(domainName: string): MachineRecord | undefined {
+    const name = machineNameFromDomain(domainName);
+    return name === undefined ? undefined : this.o.records.get(name);
   }
 
   private async reconcile(name: string): Promise<void> {
+    this.stats.passes++;
     const record = this.o.records.get(name);
-    if (!record || isShuttingDown(record)) return;
+    if (!record || !this.running) return;
+    if (isShuttingDown(record) || record.spec.power === 'off') this.restarts.forget(name);
+    if (isShuttingDown(record)) return;
     const observer = this.o.observer();
     if (!observer.isConnected) return;
     this.retryTimers.cancel(name);
@@ -100,28 +144,136 @@ export class Reconciler {
   }
 
   private async converge(record: MachineRecord, observer: DomainObserver): Promise<void> {
-    const name = record.name;
-    let domain = observer.domain(record.domainName);
-    if (!domain) {
-      await this.o.provisioner.define(record);
-      await this.o.records.update(name, (r) => {
-        r.status.domainDefined = true;
-      });
-      domain = { name: record.domainName, uuid: record.uuid, state: 'shutoff' };
-    }
+    const domain = observer.domain(record.domainName) ?? (await this.confirmMissing(record));
     const active = isDomainActive(domain.state);
-    if (record.spec.power === 'on' && !active) {
-      await this.o.hypervisor.startDomain(record.domainName);
-      this.o.records.event(name, 'normal', 'Started', `domain ${record.domainName} started`);
-      await this.setState(name, 'running');
+    if (record.spec.power === 'on' && active) {
+      if (!this.running) return;
+      this.restarts.sawRunning(record.name);
+      await this.setState(record.name, 'running');
     } else if (record.spec.power === 'on') {
-      await this.setState(name, 'running');
+      await this.startOrWait(record);
     } else if (active) {
-      // Started behind our back while its power is off: shut it down gracefully.
-      await this.o.requestPowerOff(name);
+      if (await this.mayActOn(record)) await this.beginPowerOff(record);
     } else {
-      await this.setState(name, 'stopped');
+      await this.setState(record.name, 'stopped');
     }
+  }
+
+  /**
+   * The listing has no domain for the record. It may have missed one that changed state between
+   * its two calls, so ask libvirt directly before defining it again.
+   */
+  private async confirmMissing(record: MachineRecord): Promise<DomainSummary> {
+    const state = await this.o.hypervisor.domainState(record.domainName);
+    if (state !== undefined) return { name: record.domainName, state };
+    await this.o.provisioner.define(record);
+    this.o.ownership.defined(record.domainName, record.uuid);
+    if (record.status.domainDefined) {
+      this.o.records.event(record.name, 'warning', 'DomainUndefined',
+        `domain ${record.domainName} was undefined outside the agent; defined it again from the machine record`);
+    }
+    await this.o.records.update(record.name, (r) => {
+      r.status.domainDefined = true;
+    });
+    return { name: record.domainName, state: 'shutoff' };
+  }
+
+  /** Power on, domain off: start it, unless it stopped behind our back and must wait (or stay off). */
+  private async startOrWait(record: MachineRecord): Promise<void> {
+    const name = record.name;
+    const stoppedOutside = this.restarts.wasSeenRunning(name) && record.status.state === 'running';
+    if (stoppedOutside && record.spec.restartPolicy === 'never') return this.keepOff(record);
+    if (stoppedOutside) {
+      const delay = this.restarts.stoppedOutside(name);
+      const seconds = Math.round(delay / 1000);
+      this.o.records.event(name, 'warning', 'StoppedOutsideAgent',
+        `domain ${record.domainName} stopped outside the agent while its power is on; restarting in ${seconds}s`);
+      await this.o.records.update(name, (r) => {
+        if (isShuttingDown(r)) return;
+        r.status.state = 'stopped';
+        r.status.message = `stopped outside the agent; restarting in ${seconds}s`;
+      });
+    }
+    const wait = this.restarts.waitLeft(name);
+    if (wait > 0) {
+      this.retryTimers.set(name, wait, () => void this.kick(name));
+      return;
+    }
+    if (!(await this.mayActOn(record))) return;
+    if (!this.stillWantsStart(name)) return;
+    const restarting = this.restarts.isPending(name);
+    await this.o.hypervisor.startDomain(record.domainName);
+    this.restarts.restarted(name);
+    this.o.records.event(name, 'normal', 'Started', restarting
+      ? `domain ${record.domainName} started again after it stopped outside the agent`
+      : `domain ${record.domainName} started`);
+    await this.setState(name, 'running');
+  }
+
+  /** restartPolicy "never": the stop becomes the desired power. */
+  private async keepOff(record: MachineRecord): Promise<void> {
+    let changed = false;
+    await this.o.records.update(record.name, (r) => {
+      if (isShuttingDown(r) || r.spec.power !== 'on') return;
+      r.spec.power = 'off';
+      r.status.state = 'stopped';
+      r.status.message = '';
+      changed = true;
+    });
+    this.restarts.forget(record.name);
+    if (changed) {
+      this.o.records.event(record.name, 'warning', 'StoppedOutsideAgent',
+        `domain ${record.domainName} stopped outside the agent; restartPolicy is never, so it stays off (power is now off)`);
+    }
+  }
+
+  /**
+   * A delete or power-off may have landed while this pass waited for libvirt (define, the
+   * ownership check): read the record again right before starting, under the machine lock.
+   */
+  private stillWantsStart(name: string): boolean {
+    const latest = this.o.records.get(name);
+    return latest !== undefined && !isShuttingDown(latest) && latest.spec.power === 'on' && this.running;
+  }
+
+  /**
+   * Power off, domain running: it was started behind our back. Begin the graceful power-off here
+   * (asking the service would change nothing and kick this machine again, forever) and give the
+   * machine to the sweeper, which presses the button, presses again and forces at the deadline.
+   */
+  private async beginPowerOff(record: MachineRecord): Promise<void> {
+    const now = this.o.clock.now();
+    const grace = record.spec.gracePeriodSec ?? this.o.defaultGracePeriodSec;
+    let changed = false;
+    await this.o.records.update(record.name, (r) => {
+      if (isShuttingDown(r) || r.spec.power !== 'off') return;
+      r.status.forceStopAt = now + grace * 1000;
+      r.status.gracePeriodSec = grace;
+      r.status.state = 'stopping';
+      r.status.message = '';
+      changed = true;
+    });
+    if (!changed) return;
+    this.o.records.event(record.name, 'warning', 'StartedOutsideAgent',
+      `domain ${record.domainName} was started outside the agent while its power is off; shutting it down gracefully`);
+    this.o.handOff(record.name);
+  }
+
+  /** Checked before the first action on a domain: a foreign one is reported and never touched. */
+  private async mayActOn(record: MachineRecord): Promise<boolean> {
+    const verdict = await this.o.ownership.check(record.domainName, record);
+    if (verdict.kind === 'ours') return true;
+    if (verdict.kind === 'missing') return false; // it vanished: the next snapshot kicks this machine again
+    const message = `${verdict.reason}; the agent leaves it alone`;
+    let changed = false;
+    await this.o.records.update(record.name, (r) => {
+      if (isShuttingDown(r) || (r.status.state === 'error' && r.status.message === message)) return;
+      r.status.state = 'error';
+      r.status.message = message;
+      changed = true;
+    });
+    if (changed) this.o.records.event(record.name, 'warning', 'ForeignDomain', message);
+    return false;
   }
 
   private async setState(name: string, state: MachineState): Promise<void> {
@@ -147,18 +299,5 @@ export class Reconciler {
       .catch((e) => this.o.logger.error(`${name}: could not store the error state: ${describeError(e)}`));
     this.retryTimers.set(name, delay, () => void this.kick(name));
   }
-
-  private async reportOrphans(snapshot: DomainSnapshot): Promise<void> {
-    for (const domainName of snapshot.keys()) {
-      const name = machineNameFromDomain(domainName);
-      if (name && this.o.records.get(name)) continue;
-      if (this.reportedOrphans.has(domainName)) continue;
-      this.reportedOrphans.add(domainName);
-      const xml = await this.o.hypervisor.domainXml(domainName).catch(() => undefined);
-      if (xml !== undefined && this.o.provisioner.isOurs(xml)) {
-        this.o.records.event(name ?? domainName, 'warning', 'OrphanDomain',
-          `domain ${domainName} carries the vmkeeper mark but has no machine record; left untouched`);
-      }
-    }
-  }
 }
+

@@ -50,6 +50,7 @@ export class FakeHypervisor implements Hypervisor {
   private readonly defaultBehaviour: GuestBehaviour;
   private readonly domains = new Map<string, FakeDomain>();
   private readonly failures = new Map<FakeHypervisorOp, unknown[]>();
+  private readonly held = new Map<FakeHypervisorOp, (() => void)[]>();
   private available = true;
   private connected = false;
 
@@ -87,9 +88,38 @@ export class FakeHypervisor implements Hypervisor {
   }
 
   /** Adds a domain directly (e.g. a host's own, non-prefixed one), bypassing call logging. */
-  addDomain(name: string, state: DomainRunState = 'shutoff', uuid: string = randomUUID()): void {
-    this.domains.set(name, newDomain(name, uuid, `<domain><name>${name}</name></domain>`));
+  addDomain(name: string, state: DomainRunState = 'shutoff', uuid: string = randomUUID(), xml?: string): void {
+    this.domains.set(name, newDomain(name, uuid, xml ?? `<domain><name>${name}</name><uuid>${uuid}</uuid></domain>`));
     this.setState(name, state);
+  }
+
+  /** Removes a stopped domain's definition as `virsh undefine` would, behind the agent's back. */
+  removeDomain(name: string): void {
+    const domain = this.require(name);
+    if (domain.state !== 'shutoff') throw new Error(`fake hypervisor: ${name} is running; stop it before removing it`);
+    this.domains.delete(name);
+  }
+
+  /** UUID of a defined domain (what `virsh domuuid` shows). */
+  uuidOf(name: string): string | undefined {
+    return this.domains.get(name)?.uuid;
+  }
+
+  /** From now on calls of op wait (after being logged) until resume(op): a slow or stuck libvirt. */
+  hold(op: FakeHypervisorOp): void {
+    if (!this.held.has(op)) this.held.set(op, []);
+  }
+
+  /** Lets every held call of op go on, and stops holding new ones. */
+  resume(op: FakeHypervisorOp): void {
+    const waiting = this.held.get(op) ?? [];
+    this.held.delete(op);
+    for (const go of waiting) go();
+  }
+
+  /** How many calls of op are waiting in hold(). */
+  heldCalls(op: FakeHypervisorOp): number {
+    return this.held.get(op)?.length ?? 0;
   }
 
   /** Changes a domain's state from the guest side (it powered off, crashed, paused...). */
@@ -115,7 +145,7 @@ export class FakeHypervisor implements Hypervisor {
   // ---- Hypervisor ----
 
   async connect(): Promise<void> {
-    this.enter('connect');
+    await this.enter('connect');
     this.connected = true;
   }
 
@@ -129,14 +159,14 @@ export class FakeHypervisor implements Hypervisor {
   }
 
   async listDomains(): Promise<DomainSummary[]> {
-    this.enter('listDomains');
+    await this.enter('listDomains');
     return [...this.domains.values()]
       .filter((d) => d.name.startsWith(DOMAIN_NAME_PREFIX))
       .map((d) => ({ name: d.name, state: d.state }));
   }
 
   async defineDomain(def: DomainDefinition): Promise<string> {
-    this.enter('defineDomain', def.name);
+    await this.enter('defineDomain', def.name);
     const existing = this.domains.get(def.name);
     if (existing && existing.uuid !== def.uuid) {
       throw new Error(`operation failed: domain '${def.name}' is already defined with uuid ${existing.uuid}`);
@@ -149,14 +179,14 @@ export class FakeHypervisor implements Hypervisor {
   }
 
   async startDomain(name: string): Promise<void> {
-    this.enter('startDomain', name);
+    await this.enter('startDomain', name);
     const domain = this.domains.get(name);
     if (!domain) throw notFound(name);
     if (domain.state === 'shutoff' || domain.state === 'crashed') domain.state = 'running';
   }
 
   async shutdownDomain(name: string): Promise<void> {
-    this.enter('shutdownDomain', name);
+    await this.enter('shutdownDomain', name);
     const domain = this.domains.get(name);
     if (!domain || domain.state === 'shutoff') return;
     domain.shutdownRequests++;
@@ -166,7 +196,7 @@ export class FakeHypervisor implements Hypervisor {
   }
 
   async destroyDomain(name: string): Promise<void> {
-    this.enter('destroyDomain', name);
+    await this.enter('destroyDomain', name);
     const domain = this.domains.get(name);
     if (!domain || domain.state === 'shutoff') return;
     if (this.behaviourOf(domain) === 'hang') {
@@ -176,7 +206,7 @@ export class FakeHypervisor implements Hypervisor {
   }
 
   async undefineDomain(name: string): Promise<void> {
-    this.enter('undefineDomain', name);
+    await this.enter('undefineDomain', name);
     const domain = this.domains.get(name);
     if (!domain) return;
     // As libvirt does: a running domain loses its definition only once it stops.
@@ -185,20 +215,22 @@ export class FakeHypervisor implements Hypervisor {
   }
 
   async domainState(name: string): Promise<DomainRunState | undefined> {
-    this.enter('domainState', name);
+    await this.enter('domainState', name);
     return this.domains.get(name)?.state;
   }
 
   async domainXml(name: string): Promise<string | undefined> {
-    this.enter('domainXml', name);
+    await this.enter('domainXml', name);
     return this.domains.get(name)?.xml;
   }
 
   // ---- internals ----
 
-  /** Logs the call, then applies unavailability and injected failures. */
-  private enter(op: FakeHypervisorOp, name?: string): void {
+  /** Logs the call, waits while op is held, then applies unavailability and injected failures. */
+  private async enter(op: FakeHypervisorOp, name?: string): Promise<void> {
     this.calls.push(name === undefined ? { op } : { op, name });
+    const waiting = this.held.get(op);
+    if (waiting) await new Promise<void>((resolve) => waiting.push(resolve));
     if (!this.available) throw new AgentError('HypervisorUnavailable', `fake hypervisor ${this.uri} is unavailable`);
     const queued = this.failures.get(op);
     if (queued?.length) throw queued.shift();
