@@ -1,5 +1,6 @@
 import { describeRecord } from '../machine/describe.js';
-import type { MachineRecord } from '../machine/record.js';
+import { copyAnnotations } from '../machine/annotations.js';
+import { specView, type MachineRecord } from '../machine/record.js';
 import type { MachineApi } from '../service/api.js';
 import { mapErrors } from './errors.js';
 import { SnapshotInterface, configureInterface, uint32, usec, type PropertyValues } from './interface-support.js';
@@ -26,8 +27,8 @@ export function machineProperties(r: MachineRecord, defaultGraceSec: number): Pr
     ShutdownRequestedAt: usec(r.status.shutdownRequestedAt),
     ForceStopAt: usec(r.status.forceStopAt),
     GracePeriodSec: uint32(gracePeriodSec(r, defaultGraceSec)),
-    Annotations: { ...r.annotations },
-    Spec: JSON.stringify(r.spec),
+    Annotations: copyAnnotations(r.annotations),
+    Spec: JSON.stringify(specView(r)),
     ResourceVersion: BigInt(Math.max(0, Math.trunc(r.resourceVersion))),
   };
 }

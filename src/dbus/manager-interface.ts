@@ -1,3 +1,4 @@
+import { copyAnnotations } from '../machine/annotations.js';
 import { describeRecord } from '../machine/describe.js';
 import { machineObjectPath } from '../machine/names.js';
 import type { AgentEvent, MachineApi, ManagerInfo } from '../service/api.js';
@@ -62,7 +63,8 @@ export class ManagerInterface extends SnapshotInterface {
   }
 
   SetMachineAnnotations(name: string, annotations: Record<string, string>): Promise<void> {
-    return mapErrors(() => this.api.setAnnotations(name, { ...annotations }));
+    // dbus-next hands the dict over as a plain object: copy it to a prototype-free one first.
+    return mapErrors(() => this.api.setAnnotations(name, copyAnnotations(annotations)));
   }
 
   ListEvents(): Promise<[bigint, string, string, string, string][]> {

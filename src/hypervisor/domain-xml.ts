@@ -1,4 +1,4 @@
-import type { MachineSpec } from '../machine/spec.js';
+import type { StoredSpec } from '../machine/record.js';
 
 // Libvirt domain XML for one machine, built as plain strings. Every interpolated value goes
 // through escapeXml(), so nothing a caller puts in a spec can add elements or attributes.
@@ -10,7 +10,7 @@ export interface DomainXmlInput {
   domainName: string;
   uuid: string;
   machineName: string;
-  spec: MachineSpec;
+  spec: StoredSpec;
   /** The qcow2 file the agent created for each spec disk, in spec order. */
   disks: { name: string; file: string }[];
   serialLogFile: string;
@@ -45,7 +45,7 @@ export function diskTarget(index: number): string {
   return `vd${String.fromCharCode(97 + index)}`;
 }
 
-function osXml(spec: MachineSpec): string[] {
+function osXml(spec: StoredSpec): string[] {
   const lines = ['  <os>', "    <type arch='x86_64' machine='pc'>hvm</type>"];
   if (spec.boot) {
     lines.push(`    <kernel>${escapeXml(spec.boot.kernel)}</kernel>`);
@@ -68,7 +68,7 @@ function diskXml(file: string, index: number): string[] {
   ];
 }
 
-function nicXml(nic: MachineSpec['nics'][number]): string[] {
+function nicXml(nic: StoredSpec['nics'][number]): string[] {
   const source = nic.network !== undefined
     ? ["    <interface type='network'>", `      <source network='${escapeXml(nic.network)}'/>`]
     : ["    <interface type='bridge'>", `      <source bridge='${escapeXml(nic.bridge ?? '')}'/>`];
@@ -89,16 +89,13 @@ function consoleXml(logFile: string): string[] {
   ];
 }
 
+// Only the mark: annotations change without a redefine, so a copy here would go stale.
 function metadataXml(input: DomainXmlInput): string[] {
-  const annotations = Object.entries(input.spec.annotations).map(
-    ([key, value]) => `        <vmkeeper:annotation key='${escapeXml(key)}'>${escapeXml(value)}</vmkeeper:annotation>`,
-  );
   return [
     '  <metadata>',
     `    <vmkeeper:machine xmlns:vmkeeper='${escapeXml(VMKEEPER_XMLNS)}'>`,
     `      <vmkeeper:name>${escapeXml(input.machineName)}</vmkeeper:name>`,
     `      <vmkeeper:createdAt>${escapeXml(new Date(input.createdAt).toISOString())}</vmkeeper:createdAt>`,
-    ...(annotations.length ? ['      <vmkeeper:annotations>', ...annotations, '      </vmkeeper:annotations>'] : []),
     '    </vmkeeper:machine>',
     '  </metadata>',
   ];

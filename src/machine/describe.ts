@@ -1,4 +1,4 @@
-import type { MachineRecord } from './record.js';
+import { specView, type MachineRecord } from './record.js';
 
 /** The whole record as the JSON that Describe/DescribeMachine return (times in ms and RFC 3339). */
 export function describeRecord(r: MachineRecord): string {
@@ -16,7 +16,7 @@ export function describeRecord(r: MachineRecord): string {
       finalizers: r.finalizers,
       annotations: r.annotations,
     },
-    spec: r.spec,
+    spec: specView(r),
     status: {
       state: r.status.state,
       power: r.spec.power,

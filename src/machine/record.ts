@@ -1,3 +1,4 @@
+import { copyAnnotations, type Annotations } from './annotations.js';
 import type { MachineSpec, PowerState } from './spec.js';
 
 // The persisted machine record. Times are milliseconds since the epoch (0 = unset); the D-Bus
@@ -9,6 +10,9 @@ export type MachineState = 'pending' | 'running' | 'stopping' | 'stopped' | 'ter
 export const DOMAIN_FINALIZER = 'vmkeeper/domain';
 
 export const RECORD_API_VERSION = 'vmkeeper/v1';
+
+/** The spec as stored: annotations live once, in MachineRecord.annotations, and change apart from it. */
+export type StoredSpec = Omit<MachineSpec, 'annotations'>;
 
 export interface MachineStatus {
   state: MachineState;
@@ -39,8 +43,8 @@ export interface MachineRecord {
   deletionGracePeriodSec: number;
   resourceVersion: number;
   finalizers: string[];
-  annotations: Record<string, string>;
-  spec: MachineSpec;
+  annotations: Annotations;
+  spec: StoredSpec;
   status: MachineStatus;
 }
 
@@ -62,6 +66,22 @@ export const isDeleting = (r: MachineRecord): boolean => r.deletionTimestamp > 0
 /** A deletion or a power-off that has not finished: the sweeper owns such a machine. */
 export const isShuttingDown = (r: MachineRecord): boolean => r.deletionTimestamp > 0 || r.status.forceStopAt > 0;
 export const desiredPower = (r: MachineRecord): PowerState => r.spec.power;
+
+/** Splits a caller's spec into what the record stores as spec and its annotations. */
+export function splitSpec(spec: MachineSpec): { spec: StoredSpec; annotations: Annotations } {
+  const { annotations, ...stored } = spec;
+  return { spec: stored, annotations: copyAnnotations(annotations) };
+}
+
+/**
+ * The spec as callers see it (the Spec property, Describe): the stored spec with the record's
+ * annotations. The one place both are joined, so no stale copy can be shown.
+ */
+export function specView(r: MachineRecord): MachineSpec {
+  // A record written before annotations moved out may still carry spec.annotations: never show it.
+  const { annotations: _legacy, ...stored } = r.spec as StoredSpec & { annotations?: unknown };
+  return { ...stored, annotations: copyAnnotations(r.annotations) };
+}
 
 /** A deep copy, so a record handed out can never be mutated behind the store's back. */
 export function cloneRecord(r: MachineRecord): MachineRecord {

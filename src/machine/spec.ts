@@ -1,5 +1,9 @@
 import path from 'node:path';
+import { emptyAnnotations, parseAnnotations, type Annotations } from './annotations.js';
 import { invalidSpec } from './errors.js';
+import { textProblem } from './text-rules.js';
+
+export { parseAnnotations } from './annotations.js';
 
 // Machine spec, version 1 (docs/dbus-api.md). Validation is strict: unknown keys are rejected so
 // a typo never silently becomes a default.
@@ -38,7 +42,8 @@ export interface MachineSpec {
   gracePeriodSec?: number;
   /** Absent means "always": restart with backoff (docs/operations.md). */
   restartPolicy?: RestartPolicy;
-  annotations: Record<string, string>;
+  /** Only in a caller's spec: the record keeps them apart (MachineRecord.annotations). */
+  annotations: Annotations;
 }
 
 export interface SpecLimits {
@@ -60,13 +65,9 @@ export const DEFAULT_SPEC_LIMITS: SpecLimits = {
 export const MAX_SPEC_BYTES = 64 * 1024;
 const MAX_DISKS = 16;
 const MAX_NICS = 16;
-const MAX_ANNOTATIONS = 64;
-const MAX_ANNOTATION_KEY = 253;
-const MAX_ANNOTATION_VALUE = 4096;
 const MAX_GRACE_SEC = 24 * 3600;
 const DEVICE_NAME = /^[a-z][a-z0-9_-]{0,31}$/;
 const NET_NAME = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$/;
-const ANNOTATION_KEY = /^[A-Za-z0-9]([A-Za-z0-9._/-]*[A-Za-z0-9])?$/;
 
 type Json = Record<string, unknown>;
 
@@ -89,9 +90,10 @@ function integer(v: unknown, field: string, min: number, max: number): number {
 function text(v: unknown, field: string, maxLen: number): string {
   if (typeof v !== 'string') throw invalidSpec(field, 'must be a string');
   if (v.length > maxLen) throw invalidSpec(field, `must be at most ${maxLen} characters`);
-  // Control characters have no place in paths, names or a kernel command line, and NUL cannot
-  // survive the trip into libvirt's C strings.
-  if (/[\u0000-\u001f\u007f]/.test(v)) throw invalidSpec(field, 'must not contain control characters');
+  // Control characters have no place in paths, names or a kernel command line, NUL cannot survive
+  // the trip into libvirt's C strings, and the spec is sent back on the bus as it was given.
+  const problem = textProblem(v);
+  if (problem) throw invalidSpec(field, problem);
   return v;
 }
 
@@ -164,22 +166,6 @@ function parseNics(v: unknown): NicSpec[] {
   });
 }
 
-export function parseAnnotations(v: unknown, field = 'annotations'): Record<string, string> {
-  if (!isObject(v)) throw invalidSpec(field, 'must be an object of strings');
-  const entries = Object.entries(v);
-  if (entries.length > MAX_ANNOTATIONS) throw invalidSpec(field, `must have at most ${MAX_ANNOTATIONS} entries`);
-  const out: Record<string, string> = {};
-  for (const [key, value] of entries) {
-    if (key.length === 0 || key.length > MAX_ANNOTATION_KEY || !ANNOTATION_KEY.test(key)) {
-      throw invalidSpec(`${field}.${key.slice(0, 64)}`, 'key must be 1-253 characters of A-Z, a-z, 0-9, ".", "_", "/", "-"');
-    }
-    if (typeof value !== 'string') throw invalidSpec(`${field}.${key}`, 'must be a string');
-    if (value.length > MAX_ANNOTATION_VALUE) throw invalidSpec(`${field}.${key}`, `must be at most ${MAX_ANNOTATION_VALUE} characters`);
-    out[key] = value;
-  }
-  return out;
-}
-
 export function parsePower(v: unknown, field = 'power'): PowerState {
   if (v !== 'on' && v !== 'off') throw invalidSpec(field, 'must be "on" or "off"');
   return v;
@@ -207,7 +193,7 @@ export function validateMachineSpec(raw: unknown, limits: SpecLimits): MachineSp
     disks: raw.disks === undefined ? [] : parseDisks(raw.disks, limits),
     nics: raw.nics === undefined ? [] : parseNics(raw.nics),
     power: raw.power === undefined ? 'on' : parsePower(raw.power),
-    annotations: raw.annotations === undefined ? {} : parseAnnotations(raw.annotations),
+    annotations: raw.annotations === undefined ? emptyAnnotations() : parseAnnotations(raw.annotations),
   };
   if (raw.domainType !== undefined) {
     if (raw.domainType !== 'kvm' && raw.domainType !== 'qemu') throw invalidSpec('domainType', 'must be "kvm" or "qemu"');

@@ -7,6 +7,7 @@ import {
   cloneRecord,
   isDeleting,
   newStatus,
+  splitSpec,
   type MachineRecord,
 } from '../machine/record.js';
 import { parseAnnotations, parseMachineSpec, parsePower, type SpecLimits } from '../machine/spec.js';
@@ -40,7 +41,7 @@ export class MachineService implements MachineApi {
   async create(name: string, specJson: string): Promise<MachineRecord> {
     validateMachineName(name);
     if (this.refusesNewWork()) throw shuttingDown();
-    const spec = parseMachineSpec(specJson, this.o.limits);
+    const { spec, annotations } = splitSpec(parseMachineSpec(specJson, this.o.limits));
     await this.o.images?.checkSpec(spec);
     const now = this.o.clock.now();
     const stored = await this.o.records.create(
@@ -55,7 +56,7 @@ export class MachineService implements MachineApi {
         deletionGracePeriodSec: 0,
         resourceVersion: 0,
         finalizers: [DOMAIN_FINALIZER],
-        annotations: { ...spec.annotations },
+        annotations,
         spec,
         status: newStatus(),
       }),

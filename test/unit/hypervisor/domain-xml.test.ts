@@ -5,7 +5,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import { buildDomainXml, escapeXml, isOurDomainXml, VMKEEPER_XMLNS, type DomainXmlInput } from '../../../src/hypervisor/domain-xml.js';
-import type { MachineSpec } from '../../../src/machine/spec.js';
+import type { StoredSpec } from '../../../src/machine/record.js';
 
 // A tiny strict XML reader for the generated subset (elements, quoted attributes, text, the five
 // entities and numeric references): enough to prove structure without an XML library.
@@ -62,17 +62,16 @@ const one = (el: El, name: string): El => {
   return found[0]!;
 };
 
-const baseSpec: MachineSpec = {
+const baseSpec: StoredSpec = {
   cpus: 2,
   memoryMiB: 256,
   domainType: 'kvm',
   disks: [{ name: 'root', image: '/var/lib/vmkeeper/images/debian.qcow2' }, { name: 'data', sizeGiB: 4 }],
   nics: [{ name: 'eth0', network: 'default' }, { name: 'eth1', bridge: 'br0' }],
   power: 'on',
-  annotations: { owner: 'team-a' },
 };
 
-function input(over: Partial<DomainXmlInput> = {}, spec: Partial<MachineSpec> = {}): DomainXmlInput {
+function input(over: Partial<DomainXmlInput> = {}, spec: Partial<StoredSpec> = {}): DomainXmlInput {
   return {
     domainName: 'vmkeeper-web-1',
     uuid: '3357c3af-fdcf-4e1b-b97b-346ece2f943a',
@@ -138,8 +137,6 @@ describe('buildDomainXml', () => {
   const cases: { what: string; make: (h: string) => DomainXmlInput; read: (dom: El) => string }[] = [
     { what: 'cmdline', make: (h) => input({ disks: [] }, { boot: { kernel: '/img/k', cmdline: h }, disks: [] }), read: (d) => one(d, 'cmdline').text },
     { what: 'kernel path', make: (h) => input({ disks: [] }, { boot: { kernel: `/img/${h}` }, disks: [] }), read: (d) => one(d, 'kernel').text.slice(5) },
-    { what: 'annotation value', make: (h) => input({}, { annotations: { owner: h } }), read: (d) => one(d, 'vmkeeper:annotation').text },
-    { what: 'annotation key', make: (h) => input({}, { annotations: { [h]: 'v' } }), read: (d) => one(d, 'vmkeeper:annotation').attrs.key! },
     { what: 'network name', make: (h) => input({}, { nics: [{ name: 'eth0', network: h }] }), read: (d) => one(one(d, 'interface'), 'source').attrs.network! },
     { what: 'bridge name', make: (h) => input({}, { nics: [{ name: 'eth0', bridge: h }] }), read: (d) => one(one(d, 'interface'), 'source').attrs.bridge! },
     { what: 'disk file', make: (h) => input({ disks: [{ name: 'root', file: `/s/${h}` }, { name: 'data', file: '/s/d' }] }), read: (d) => one(all(d, 'disk')[0]!, 'source').attrs.file!.slice(3) },
@@ -160,9 +157,15 @@ describe('buildDomainXml', () => {
     });
   });
 
+  it('carries only the vmkeeper mark in its metadata, no annotations (they change without a redefine)', () => {
+    const legacy = { ...baseSpec, annotations: { owner: 'team-a' } } as StoredSpec;
+    const machine = one(one(parseXml(buildDomainXml(input({ spec: legacy }))), 'metadata'), 'vmkeeper:machine');
+    expect(machine.children.map((c) => c.name)).toEqual(['vmkeeper:name', 'vmkeeper:createdAt']);
+  });
+
   it('replaces characters XML cannot carry (NUL would also cut the C string)', () => {
-    const dom = parseXml(buildDomainXml(input({}, { annotations: { note: 'a\u0000b\u0007c\ud800d\ne' } })));
-    expect(one(dom, 'vmkeeper:annotation').text).toBe('a\ufffdb\ufffdc\ufffdd\ne');
+    const dom = parseXml(buildDomainXml(input({ disks: [] }, { boot: { kernel: '/img/k', cmdline: 'a\u0000b\u0007c\ud800d\ne' }, disks: [] })));
+    expect(one(dom, 'cmdline').text).toBe('a\ufffdb\ufffdc\ufffdd\ne');
   });
 
   it('validates against the libvirt schema (virt-xml-validate)', async (ctx) => {
@@ -174,7 +177,7 @@ describe('buildDomainXml', () => {
     try {
       const hostileBoot = { kernel: '/img/k', initrd: '/img/i', cmdline: hostile[1]![0] };
       const variants = {
-        disks: buildDomainXml(input({}, { annotations: { owner: hostile[0]![0], n: 'x\u0000' } })),
+        disks: buildDomainXml(input({ serialLogFile: `/s/${hostile[0]![0]}\u0000` })),
         boot: buildDomainXml(input({ disks: [] }, { boot: hostileBoot, disks: [], nics: [], domainType: 'qemu' })),
       };
       for (const [name, xml] of Object.entries(variants)) {
@@ -202,7 +205,7 @@ describe('isOurDomainXml', () => {
     ['a host domain', "<domain type='kvm'><name>db</name></domain>", undefined, false],
     ['other metadata', "<domain><metadata><app:x xmlns:app='https://example.org/'><app:name>web-1</app:name></app:x></metadata></domain>", 'web-1', false],
     ['marker text outside metadata', `<domain><description>${VMKEEPER_XMLNS} vmkeeper:machine</description></domain>`, undefined, false],
-    ['an annotation imitating the marker', buildDomainXml(input({ machineName: 'x' }, { annotations: { a: `<vmkeeper:name>web-1</vmkeeper:name>` } })), 'web-1', false],
+    ['a cmdline imitating the marker', buildDomainXml(input({ machineName: 'x', disks: [] }, { boot: { kernel: '/img/k', cmdline: '<vmkeeper:name>web-1</vmkeeper:name>' }, disks: [] })), 'web-1', false],
   ] as const)('%s', (_, xml, machine, expected) => {
     expect(isOurDomainXml(xml, machine)).toBe(expected);
   });

@@ -53,6 +53,10 @@ describe('parseMachineSpec', () => {
     ['negative grace', { gracePeriodSec: -1, disks: [{ name: 'r', sizeGiB: 1 }] }, /gracePeriodSec/],
     ['annotation not a string', { annotations: { a: 1 }, disks: [{ name: 'r', sizeGiB: 1 }] }, /annotations.a": must be a string/],
     ['control char in cmdline', { boot: { kernel: `${IMG}/k`, cmdline: 'a\u0000b' } }, /control characters/],
+    ['noncharacter in cmdline', { boot: { kernel: `${IMG}/k`, cmdline: 'a\ufffeb' } }, /boot.cmdline.*noncharacters/],
+    ['lone surrogate in a kernel path', { boot: { kernel: `${IMG}/k\ud800` } }, /boot.kernel.*UTF-8/],
+    ['C1 control in an image path', { disks: [{ name: 'r', image: `${IMG}/a\u0085.qcow2` }] }, /control characters/],
+    ['reserved annotation key', { annotations: { constructor: 'x' }, disks: [{ name: 'r', sizeGiB: 1 }] }, /annotations\["constructor"\].*reserved/],
     ['huge spec', `{"annotations":{"a":"${'x'.repeat(70_000)}"}}`, /at most 65536 bytes/],
   ])('rejects %s', (_name, spec, message) => {
     expect(invalid(spec)).toMatch(message);

@@ -1,0 +1,68 @@
+import { invalidSpec } from './errors.js';
+import { textProblem } from './text-rules.js';
+
+// Annotation grammar (docs/dbus-api.md), modelled on Kubernetes annotations: a key is an optional
+// DNS-subdomain prefix and "/" and a name; a value is free text of printable characters.
+
+export type Annotations = Record<string, string>;
+
+export const MAX_ANNOTATIONS = 64;
+export const MAX_ANNOTATION_NAME = 63;
+export const MAX_ANNOTATION_PREFIX = 253;
+/** Keys and values together, in UTF-8 bytes. */
+export const MAX_ANNOTATIONS_BYTES = 64 * 1024;
+
+const NAME = /^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/;
+const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+// Keys that would shadow or replace a plain object's own machinery wherever a copy is made with `{}`.
+const PROTOTYPE_NAMES = new Set(Object.getOwnPropertyNames(Object.prototype));
+
+/** An empty annotation map with no prototype, so no key can reach Object.prototype's members. */
+export function emptyAnnotations(): Annotations {
+  return Object.create(null) as Annotations;
+}
+
+/** A prototype-free copy of a map already validated (a stored record, a parsed spec). */
+export function copyAnnotations(from: Readonly<Annotations>): Annotations {
+  return Object.assign(emptyAnnotations(), from);
+}
+
+/** Why `key` is not a valid annotation key, or undefined. */
+export function annotationKeyProblem(key: string): string | undefined {
+  if (PROTOTYPE_NAMES.has(key)) return 'is a reserved name';
+  const slash = key.indexOf('/');
+  const prefix = slash >= 0 ? key.slice(0, slash) : undefined;
+  const name = slash >= 0 ? key.slice(slash + 1) : key;
+  if (prefix !== undefined && (prefix.length === 0 || prefix.length > MAX_ANNOTATION_PREFIX || !DNS_SUBDOMAIN.test(prefix))) {
+    return `prefix must be a DNS subdomain of at most ${MAX_ANNOTATION_PREFIX} characters (lower-case labels joined by ".")`;
+  }
+  if (name.length === 0 || name.length > MAX_ANNOTATION_NAME || !NAME.test(name)) {
+    return `name must be 1-${MAX_ANNOTATION_NAME} characters of A-Z, a-z, 0-9, "-", "_", ".", starting and ending with a letter or digit`;
+  }
+  return undefined;
+}
+
+/** A shortened, JSON-quoted key for error messages (the key itself may be hostile). */
+function shown(key: string): string {
+  return JSON.stringify(key.length > 64 ? `${key.slice(0, 64)}...` : key);
+}
+
+/** Validates an annotation map from a caller; throws InvalidSpec naming the key at fault. */
+export function parseAnnotations(v: unknown, field = 'annotations'): Annotations {
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw invalidSpec(field, 'must be an object of strings');
+  const entries = Object.entries(v);
+  if (entries.length > MAX_ANNOTATIONS) throw invalidSpec(field, `must have at most ${MAX_ANNOTATIONS} entries`);
+  const out = emptyAnnotations();
+  let bytes = 0;
+  for (const [key, value] of entries) {
+    const keyProblem = annotationKeyProblem(key) ?? textProblem(key);
+    if (keyProblem) throw invalidSpec(`${field}[${shown(key)}]`, `key ${keyProblem}`);
+    if (typeof value !== 'string') throw invalidSpec(`${field}.${key}`, 'must be a string');
+    const valueProblem = textProblem(value, true);
+    if (valueProblem) throw invalidSpec(`${field}.${key}`, valueProblem);
+    bytes += Buffer.byteLength(key, 'utf8') + Buffer.byteLength(value, 'utf8');
+    if (bytes > MAX_ANNOTATIONS_BYTES) throw invalidSpec(field, `keys and values must total at most ${MAX_ANNOTATIONS_BYTES} bytes`);
+    out[key] = value;
+  }
+  return out;
+}
