@@ -6,7 +6,7 @@ import { Semaphore } from '../lifecycle/semaphore.js';
 import type { Logger } from '../logging/logger.js';
 import { describeError } from '../machine/errors.js';
 import { machineNameFromDomain } from '../machine/names.js';
-import { DOMAIN_FINALIZER, isDeleting, isShuttingDown, type MachineRecord } from '../machine/record.js';
+import { DOMAIN_FINALIZER, cloneRecord, isDeleting, isShuttingDown, type MachineRecord } from '../machine/record.js';
 import { isDomainActive, type Hypervisor } from '../hypervisor/port.js';
 import type { DomainObserver, DomainSnapshot } from '../reconciler/domain-observer.js';
 import type { DomainProvisioner } from '../reconciler/domain-provisioner.js';
@@ -145,17 +145,13 @@ export class Sweeper {
         return;
       case 'request':
       case 'retry':
-        await this.o.records.update(name, (r) => {
-          if (r.status.shutdownRequestedAt === 0) r.status.shutdownRequestedAt = now;
-          r.status.lastShutdownSentAt = now;
-          r.status.state = isDeleting(r) ? 'terminating' : 'stopping';
-        });
-        await this.o.hypervisor.shutdownDomain(record.domainName);
-        if (step.kind === 'request') {
-          const left = Math.max(0, Math.round((record.status.forceStopAt - now) / 1000));
-          this.o.records.event(name, 'normal', 'ShutdownRequested', `ACPI shutdown sent; force stop in ${left}s`);
-        } else {
-          this.o.records.event(name, 'normal', 'ShutdownRetried', 'ACPI shutdown sent again');
+        await this.pressPowerButton(record, step.kind, now);
+        if (step.kind === 'request' && step.thenForce) {
+          // A late first step: the press is in, the deadline gone. Unless the press alone
+          // turned the guest off, destroy it now.
+          if (isDomainActive(await this.o.hypervisor.domainState(record.domainName))) await this.forceStop(record, this.o.clock.now());
+          await this.finish(name);
+          return;
         }
         this.schedule(name, Math.min(now + this.o.shutdownRetryIntervalMs, record.status.forceStopAt || Infinity));
         return;
@@ -167,6 +163,23 @@ export class Sweeper {
         await this.finish(name);
         return;
     }
+  }
+
+  private async pressPowerButton(record: MachineRecord, kind: 'request' | 'retry', now: number): Promise<void> {
+    const name = record.name;
+    await this.o.records.update(name, (r) => {
+      if (r.status.shutdownRequestedAt === 0) r.status.shutdownRequestedAt = now;
+      r.status.lastShutdownSentAt = now;
+      r.status.state = isDeleting(r) ? 'terminating' : 'stopping';
+    });
+    await this.o.hypervisor.shutdownDomain(record.domainName);
+    if (kind === 'retry') {
+      this.o.records.event(name, 'normal', 'ShutdownRetried', 'ACPI shutdown sent again');
+      return;
+    }
+    const left = Math.round((record.status.forceStopAt - now) / 1000);
+    this.o.records.event(name, 'normal', 'ShutdownRequested',
+      left > 0 ? `ACPI shutdown sent; force stop in ${left}s` : 'ACPI shutdown sent; the deadline has passed: force stop follows');
   }
 
   private async forceStop(record: MachineRecord, now: number): Promise<void> {
@@ -184,30 +197,37 @@ export class Sweeper {
       `grace period of ${record.status.gracePeriodSec}s ran out: domain destroyed (issued ${late} ms after the deadline, took ${took} ms)`);
   }
 
-  /** The domain is off: finish the power-off, or take the machine apart. */
+  /**
+   * The domain is off: finish the power-off, or take the machine apart. Which of the two is
+   * decided inside the record update, so a delete that lands while a power-off finishes keeps its
+   * deadline and goes on to deletion.
+   */
   private async finish(name: string): Promise<void> {
-    const before = this.o.records.get(name);
-    if (!before) return;
-    const wentByItself = before.status.shutdownRequestedAt > 0 && before.status.forceStoppedAt === 0;
-    const announce = before.status.state !== 'terminated' && before.status.state !== 'stopped';
-    if (!isDeleting(before)) {
-      await this.o.records.update(name, (r) => {
-        r.status.state = 'stopped';
-        r.status.shutdownRequestedAt = 0;
-        r.status.lastShutdownSentAt = 0;
-        r.status.forceStopAt = 0;
-        r.status.forceStoppedAt = 0;
-        r.status.gracePeriodSec = 0;
-      });
+    let seen: MachineRecord | undefined;
+    const updated = await this.o.records.update(name, (r) => {
+      seen = cloneRecord(r);
+      if (!isShuttingDown(r)) return; // powered on again meanwhile: the reconciler owns it now
+      if (isDeleting(r)) {
+        r.status.state = 'terminated';
+        return;
+      }
+      r.status.state = 'stopped';
+      r.status.shutdownRequestedAt = 0;
+      r.status.lastShutdownSentAt = 0;
+      r.status.forceStopAt = 0;
+      r.status.forceStoppedAt = 0;
+      r.status.gracePeriodSec = 0;
+    });
+    if (!updated || !seen || !isShuttingDown(seen)) return;
+    const wentByItself = seen.status.shutdownRequestedAt > 0 && seen.status.forceStoppedAt === 0;
+    if (!isDeleting(seen)) {
       if (wentByItself) this.o.records.event(name, 'normal', 'ShutdownCompleted', 'guest shut down by itself');
       this.o.records.event(name, 'normal', 'Stopped', 'machine is powered off');
       return;
     }
-    await this.o.records.update(name, (r) => {
-      r.status.state = 'terminated';
-    });
+    const announce = seen.status.state !== 'terminated' && seen.status.state !== 'stopped';
     if (announce && wentByItself) this.o.records.event(name, 'normal', 'ShutdownCompleted', 'guest shut down by itself');
-    await this.o.hypervisor.undefineDomain(before.domainName);
+    await this.o.hypervisor.undefineDomain(updated.domainName);
     await this.o.provisioner.removeFiles(name);
     await this.o.records.update(name, (r) => {
       r.finalizers = r.finalizers.filter((f) => f !== DOMAIN_FINALIZER);
