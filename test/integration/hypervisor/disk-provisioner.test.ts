@@ -1,10 +1,11 @@
 import { execFile } from 'node:child_process';
-import { mkdtemp, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import { lstat, mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { QemuImgDiskProvisioner } from '../../../src/hypervisor/disk-provisioner.js';
+import type { Logger } from '../../../src/logging/logger.js';
 
 const run = promisify(execFile);
 
@@ -54,10 +55,27 @@ describe('QemuImgDiskProvisioner (real qemu-img)', () => {
     expect((await stat(file)).size).toBe('not touched'.length);
   });
 
-  it('fails with qemu-img\'s message and leaves nothing behind when the image is missing', async () => {
+  it('fails with a summary of qemu-img\'s message and leaves nothing behind when the image is missing', async () => {
     const file = path.join(dir, 'guests', 'x', 'disk-root.qcow2');
-    await expect(disks.createDisk(file, { backingImage: path.join(dir, 'nope.qcow2') })).rejects.toThrow(/qemu-img info failed: .*nope\.qcow2/);
+    await expect(disks.createDisk(file, { backingImage: path.join(dir, 'nope.qcow2') })).rejects.toThrow(
+      /^qemu-img info failed \(exit 1\): (Could not open|No such file or directory)$/,
+    );
     await expect(stat(file)).rejects.toThrow();
+  });
+
+  it('shows qemu-img\'s failure without what it quoted; the raw stderr goes to the debug log, capped', async () => {
+    const logged: Array<{ message: string; fields?: Record<string, unknown> }> = [];
+    const debug: Logger['debug'] = (message, fields) => void logged.push({ message, fields });
+    const logging = new QemuImgDiskProvisioner({ timeoutMs: 30_000, logger: { error() {}, warn() {}, info() {}, debug } });
+    // The base names a backing file qemu-img quotes when it cannot open it.
+    const base = path.join(dir, 'images', 'base.qcow2');
+    await mkdir(path.dirname(base));
+    await run('qemu-img', ['create', '-q', '-f', 'qcow2', '-u', '-b', path.join(dir, 'SECRET-words'), '-F', 'raw', base, '64M']);
+    const failure = logging.createDisk(path.join(dir, 'guests', 'w', 'disk-root.qcow2'), { backingImage: base });
+    await expect(failure).rejects.toThrow(/^qemu-img create failed \(exit 1\): Could not open backing file$/);
+    const stderr = logged.find((l) => l.message === 'qemu-img create failed')?.fields?.stderr as string;
+    expect(stderr).toContain('SECRET-words');
+    expect(stderr.length).toBeLessThanOrEqual(2048);
   });
 
   it('ensureDir creates a 0711 folder qemu can traverse; removePath removes trees and tolerates missing paths', async () => {
@@ -75,6 +93,92 @@ describe('QemuImgDiskProvisioner (real qemu-img)', () => {
     const slow = path.join(dir, 'slow-qemu-img');
     await writeFile(slow, '#!/bin/sh\nexec sleep 10\n', { mode: 0o755 });
     const stuck = new QemuImgDiskProvisioner({ qemuImg: slow, timeoutMs: 200 });
-    await expect(stuck.createDisk(path.join(dir, 'd.qcow2'), { sizeGiB: 1 })).rejects.toThrow(/timed out after 200 ms/);
+    await expect(stuck.createDisk(path.join(dir, 'guests', 'd', 'd.qcow2'), { sizeGiB: 1 })).rejects.toThrow(/timed out after 200 ms/);
+  });
+});
+
+// The state dir is root's, but backups, restores and hand edits happen: links planted in it are
+// never followed, written through, chmodded through, or deleted through.
+describe('QemuImgDiskProvisioner with links planted in the state dir', () => {
+  let dir: string;
+  let outside: string;
+  let guests: string;
+  const disks = new QemuImgDiskProvisioner({ timeoutMs: 30_000 });
+  const victim = () => path.join(outside, 'victim');
+  const untouched = async () => {
+    expect(await readFile(victim(), 'utf8')).toBe('host file');
+    expect((await stat(victim())).mode & 0o777).toBe(0o640);
+    expect((await stat(outside)).mode & 0o777).toBe(0o750);
+  };
+
+  beforeEach(async () => {
+    dir = await mkdtemp(path.join(os.tmpdir(), 'vmkeeper-links-'));
+    outside = path.join(dir, 'outside');
+    guests = path.join(dir, 'state', 'guests');
+    await mkdir(outside, { mode: 0o750 });
+    await writeFile(victim(), 'host file', { mode: 0o640 });
+    await mkdir(path.join(dir, 'state'));
+  });
+  afterEach(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it('refuses a guests/ folder that is a link, writing nothing through it', async () => {
+    await symlink(outside, guests);
+    await expect(disks.createDisk(path.join(guests, 'web', 'disk-root.qcow2'), { sizeGiB: 1 })).rejects.toThrow(/guests: it is a symbolic link/);
+    await expect(disks.ensureDir(path.join(guests, 'web'))).rejects.toThrow(/symbolic link/);
+    expect(await readdir(outside)).toEqual(['victim']);
+    await untouched();
+  });
+
+  it('refuses a machine folder that is a link', async () => {
+    await mkdir(guests);
+    await symlink(outside, path.join(guests, 'web'));
+    await expect(disks.ensureDir(path.join(guests, 'web'))).rejects.toThrow(/web: it is a symbolic link/);
+    await expect(disks.createDisk(path.join(guests, 'web', 'disk-root.qcow2'), { sizeGiB: 1 })).rejects.toThrow(/symbolic link/);
+    expect(await readdir(outside)).toEqual(['victim']);
+    await untouched();
+  });
+
+  it('refuses a disk path that is a link instead of keeping it as "already there"', async () => {
+    await mkdir(path.join(guests, 'web'), { recursive: true });
+    const disk = path.join(guests, 'web', 'disk-root.qcow2');
+    await symlink(victim(), disk);
+    await expect(disks.createDisk(disk, { sizeGiB: 1 })).rejects.toThrow(/disk-root\.qcow2: it exists and is not a regular file/);
+    await untouched();
+  });
+
+  it('writes through no link planted at a predictable temporary name', async () => {
+    await mkdir(path.join(guests, 'web'), { recursive: true });
+    const disk = path.join(guests, 'web', 'disk-root.qcow2');
+    await symlink(victim(), `${disk}.tmp-${process.pid}`);
+    await disks.createDisk(disk, { sizeGiB: 1 });
+    expect((await info(disk)).format).toBe('qcow2');
+    expect((await lstat(disk)).isFile()).toBe(true);
+    await untouched();
+  });
+
+  it('deleting a machine whose folder is a link removes the link, not its target', async () => {
+    await mkdir(guests);
+    await symlink(outside, path.join(guests, 'web'));
+    await disks.removePath(path.join(guests, 'web'));
+    expect(await readdir(guests)).toEqual([]);
+    await untouched();
+  });
+
+  it('deleting a machine unlinks links inside its folder and keeps their targets', async () => {
+    const machine = path.join(guests, 'web');
+    await disks.ensureDir(machine);
+    await symlink(outside, path.join(machine, 'serial.log'));
+    await symlink(victim(), path.join(machine, 'disk-root.qcow2'));
+    await disks.removePath(machine);
+    await expect(lstat(machine)).rejects.toThrow(/ENOENT/);
+    await untouched();
+  });
+
+  it('refuses to delete under a guests/ folder that is a link', async () => {
+    await symlink(outside, guests);
+    await expect(disks.removePath(path.join(guests, 'victim'))).rejects.toThrow(/guests: it is not a real directory/);
+    await untouched();
   });
 });
