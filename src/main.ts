@@ -8,7 +8,7 @@ import { describeError } from './machine/errors.js';
 import { createLogger } from './logging/winston-logger.js';
 import { onBusLost } from './dbus/bus-address.js';
 import { BUS_NAME } from './dbus/dbus-service.js';
-import { HostShutdownHandler } from './hostshutdown/host-shutdown-handler.js';
+import { HostShutdownHandler, type StopCause } from './hostshutdown/host-shutdown-handler.js';
 import { SystemBusHostPlatform } from './hostshutdown/host-platform.js';
 import { systemClock } from './lifecycle/clock.js';
 import { busSelfCall } from './systemd/bus-probe.js';
@@ -112,14 +112,14 @@ async function main(): Promise<number> {
 
   return new Promise<number>((resolve) => {
     let stopping = false;
-    const stop = (signal: string, exitCode = 0) => {
+    const stop = (signal: string, cause: StopCause = 'signal', exitCode = 0) => {
       if (stopping) return;
       stopping = true;
       logger.info(`${signal} received: stopping`);
       watchdog.setStopping();
       notifier.stopping('stopping');
       const finish = async () => {
-        const outcome = await hostShutdown.onStop();
+        const outcome = await hostShutdown.onStop(cause);
         status.stop();
         await daemon.stop();
         hostShutdown.close();
@@ -143,8 +143,8 @@ async function main(): Promise<number> {
     // fresh one that owns the name on the new bus. Guests keep running, as on any restart.
     onBusLost(daemon.bus, (reason) => {
       if (stopping) return;
-      logger.error(`lost the D-Bus connection (${reason}): exiting so the service manager restarts vmkeeperd`);
-      stop('bus connection lost', EXIT_FAILURE);
+      logger.error(`lost the D-Bus connection (${reason}); guests left running: exiting so the service manager restarts vmkeeperd`);
+      stop('bus connection lost', 'bus-lost', EXIT_FAILURE);
     });
     process.on('SIGINT', () => stop('SIGINT'));
   }).finally(() => sink.close());

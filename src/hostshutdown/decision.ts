@@ -4,7 +4,7 @@
 // "running" or "degraded". logind's PrepareForShutdown(true) arrives earlier and only counts as
 // a second witness, for when systemd cannot be asked.
 
-export type StopReason = 'host-shutdown' | 'service-stop';
+export type StopReason = 'host-shutdown' | 'service-stop' | 'bus-lost';
 export type GuestAction = 'shutdown' | 'leave';
 
 export interface StopDecisionInput {
@@ -22,6 +22,12 @@ export interface StopDecision {
   /** One line for the journal. */
   why: string;
 }
+
+/**
+ * The agent lost its D-Bus connection (the bus daemon restarted or died). That says nothing about
+ * the host or the operator's intent, so it never touches guests, whatever onServiceStop says.
+ */
+export const BUS_LOST: StopDecision = { reason: 'bus-lost', guests: 'leave', why: 'lost the D-Bus connection' };
 
 export function decideStop(i: StopDecisionInput): StopDecision {
   let reason: StopReason;

@@ -1,15 +1,18 @@
 import { spawn } from 'node:child_process';
 import { closeSync } from 'node:fs';
 import { Message, MessageType, sessionBus, systemBus, type MessageBus } from 'dbus-next';
-import { systemClock } from '../lifecycle/clock.js';
+import { onBusLost } from '../dbus/bus-address.js';
+import { systemClock, type Clock } from '../lifecycle/clock.js';
 import { withTimeout } from '../lifecycle/with-timeout.js';
 import type { Logger } from '../logging/logger.js';
 import { describeError } from '../machine/errors.js';
+import { inhibitWithChild, type InhibitorEntry } from './child-inhibitor.js';
 
 // The agent talks to logind and systemd only through HostPlatform, so unit tests pass a fake.
 // The real one uses its own connection to the system bus (the agent's own bus may be a private
 // one in development); it needs fd passing (dbus-next + usocket) for the logind lock, and falls
-// back to a `systemd-inhibit ... sleep infinity` child when the fd never arrives.
+// back to a `systemd-inhibit ... sleep infinity` child when the fd never arrives. A lost
+// connection is reported (onConnectionLost) and the next call opens a new one.
 
 export interface InhibitorLock {
   /** 'fd': logind's pipe fd held by us; 'child': a systemd-inhibit child holds it. */
@@ -22,8 +25,13 @@ export interface HostPlatform {
   systemState(): Promise<string>;
   /** A logind "delay" inhibitor lock on shutdown. */
   inhibitShutdown(who: string, why: string): Promise<InhibitorLock>;
-  /** Subscribes to logind's PrepareForShutdown(active). */
+  /**
+   * Subscribes to logind's PrepareForShutdown(active) on the current connection; after a lost
+   * connection, call it again to subscribe on the new one (the listener is replaced, never doubled).
+   */
   onPrepareForShutdown(listener: (active: boolean) => void): Promise<void>;
+  /** Called once for each system bus connection that is lost (not for close()). */
+  onConnectionLost(listener: (reason: string) => void): void;
   close(): void;
 }
 
@@ -35,6 +43,7 @@ export interface SystemBusHostPlatformOptions {
   busAddress?: string;
   /** Program used for the fallback lock. */
   systemdInhibit?: string;
+  clock?: Clock;
 }
 
 const LOGIN1 = { destination: 'org.freedesktop.login1', path: '/org/freedesktop/login1', interface: 'org.freedesktop.login1.Manager' };
@@ -43,9 +52,14 @@ const SYSTEMD1 = { destination: 'org.freedesktop.systemd1', path: '/org/freedesk
 export class SystemBusHostPlatform implements HostPlatform {
   private bus: MessageBus | undefined;
   private readonly timeoutMs: number;
+  private readonly clock: Clock;
+  private prepareListener: ((active: boolean) => void) | undefined;
+  private lostListener: ((reason: string) => void) | undefined;
+  private closed = false;
 
   constructor(private readonly o: SystemBusHostPlatformOptions) {
     this.timeoutMs = o.callTimeoutMs ?? 3000;
+    this.clock = o.clock ?? systemClock;
   }
 
   async systemState(): Promise<string> {
@@ -86,18 +100,28 @@ export class SystemBusHostPlatform implements HostPlatform {
       };
     } catch (err) {
       this.o.logger.warn(`logind Inhibit over D-Bus failed (${describeError(err)}); holding the lock through systemd-inhibit instead`);
-      return this.inhibitWithChild(who, why);
+      return inhibitWithChild({
+        spawn: (args) => spawn(this.o.systemdInhibit ?? 'systemd-inhibit', args, { stdio: ['ignore', 'ignore', 'pipe'] }),
+        listInhibitors: () => this.listInhibitors(),
+        clock: this.clock,
+        logger: this.o.logger,
+      }, who, why);
     }
   }
 
+  /** logind's ListInhibitors: who holds which lock, with the holder's pid. */
+  async listInhibitors(): Promise<InhibitorEntry[]> {
+    const reply = await this.call(new Message({ ...LOGIN1, member: 'ListInhibitors' }));
+    const rows = reply.body[0];
+    if (!Array.isArray(rows)) throw new Error('ListInhibitors: unexpected reply');
+    return rows.map((r: unknown[]) => ({
+      what: String(r[0]), who: String(r[1]), why: String(r[2]), mode: String(r[3]), uid: Number(r[4]), pid: Number(r[5]),
+    }));
+  }
+
   async onPrepareForShutdown(listener: (active: boolean) => void): Promise<void> {
-    const bus = await this.connect();
+    this.prepareListener = listener;
     const rule = `type='signal',sender='${LOGIN1.destination}',interface='${LOGIN1.interface}',member='PrepareForShutdown',path='${LOGIN1.path}'`;
-    bus.on('message', (msg: Message) => {
-      if (msg.type === MessageType.SIGNAL && msg.interface === LOGIN1.interface && msg.member === 'PrepareForShutdown') {
-        listener(Boolean(msg.body[0]));
-      }
-    });
     await this.call(new Message({
       destination: 'org.freedesktop.DBus',
       path: '/org/freedesktop/DBus',
@@ -108,7 +132,12 @@ export class SystemBusHostPlatform implements HostPlatform {
     }));
   }
 
+  onConnectionLost(listener: (reason: string) => void): void {
+    this.lostListener = listener;
+  }
+
   close(): void {
+    this.closed = true;
     const bus = this.bus;
     this.bus = undefined;
     try {
@@ -124,45 +153,26 @@ export class SystemBusHostPlatform implements HostPlatform {
       ? sessionBus({ busAddress: this.o.busAddress, negotiateUnixFd: true } as Parameters<typeof sessionBus>[0])
       : systemBus({ negotiateUnixFd: true });
     bus.on('error', (err: unknown) => this.o.logger.warn(`system bus connection error: ${describeError(err)}`));
+    // One dispatcher per connection, so subscribing again on it never doubles the listener.
+    bus.on('message', (msg: Message) => {
+      if (msg.type === MessageType.SIGNAL && msg.interface === LOGIN1.interface && msg.member === 'PrepareForShutdown') {
+        this.prepareListener?.(Boolean(msg.body[0]));
+      }
+    });
+    onBusLost(bus, (reason) => {
+      if (this.bus !== bus || this.closed) return; // replaced, or closed by us
+      this.bus = undefined;
+      this.lostListener?.(reason);
+    });
     this.bus = bus;
     return bus;
   }
 
   private async call(msg: Message): Promise<Message> {
     const bus = await this.connect();
-    const reply = await withTimeout(systemClock, this.timeoutMs, () => bus.call(msg),
+    const reply = await withTimeout(this.clock, this.timeoutMs, () => bus.call(msg),
       () => new Error(`${msg.member} got no answer within ${this.timeoutMs} ms`));
     if (!reply) throw new Error(`${msg.member}: no reply`);
     return reply;
-  }
-
-  private inhibitWithChild(who: string, why: string): Promise<InhibitorLock> {
-    const child = spawn(this.o.systemdInhibit ?? 'systemd-inhibit',
-      ['--what=shutdown', '--mode=delay', `--who=${who}`, `--why=${why}`, 'sleep', 'infinity'],
-      { stdio: ['ignore', 'ignore', 'pipe'] });
-    let stderr = '';
-    child.stderr?.on('data', (c: Buffer) => (stderr += c.toString()));
-    return new Promise<InhibitorLock>((resolve, reject) => {
-      // systemd-inhibit takes the lock before it runs sleep; still alive after a moment = held.
-      const settle = setTimeout(() => {
-        child.off('exit', onExit);
-        child.unref();
-        resolve({
-          kind: 'child',
-          release: () => {
-            if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
-          },
-        });
-      }, 300);
-      const onExit = (code: number | null) => {
-        clearTimeout(settle);
-        reject(new Error(`systemd-inhibit exited (${code}): ${stderr.trim()}`));
-      };
-      child.once('exit', onExit);
-      child.once('error', (err) => {
-        clearTimeout(settle);
-        reject(err);
-      });
-    });
   }
 }

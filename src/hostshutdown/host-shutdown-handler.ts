@@ -4,13 +4,14 @@ import type { Clock } from '../lifecycle/clock.js';
 import type { Logger } from '../logging/logger.js';
 import { describeError } from '../machine/errors.js';
 import { HostShutdownCoordinator, type HostShutdownProgress, type HostShutdownReport } from './coordinator.js';
-import { decideStop, type StopDecision } from './decision.js';
+import { BUS_LOST, decideStop, type StopDecision } from './decision.js';
 import type { HostPlatform, InhibitorLock } from './host-platform.js';
 
 // Ties logind, systemd and the coordinator together, the way kubelet's node shutdown manager
 // does: hold a delay lock while running, start the guest shutdowns on PrepareForShutdown(true)
 // (a head start: logind waits at most InhibitDelayMaxSec for us), decide at SIGTERM from
-// systemd's SystemState, and release the lock when the guests are down.
+// systemd's SystemState, and release the lock when the guests are down. When the system bus
+// connection is lost, subscribe and take the lock again on the new one (retried until it works).
 
 /** What the handler needs from the agent: stop restarting guests, or resume after a cancel. */
 export interface ShutdownTarget {
@@ -31,8 +32,13 @@ export interface HostShutdownHandlerOptions {
   settings: () => Config['hostShutdown'] & { retryIntervalMs: number };
   pollIntervalMs?: number;
   destroyTimeoutMs?: number;
+  /** First wait before subscribing to logind again after a lost system bus; doubles up to 30 s. */
+  resubscribeRetryMs?: number;
   onProgress?: (p: HostShutdownProgress) => void;
 }
+
+/** Why the process stops: a signal (SIGTERM/SIGINT), or its D-Bus connection is gone. */
+export type StopCause = 'signal' | 'bus-lost';
 
 export interface StopOutcome {
   decision: StopDecision;
@@ -47,6 +53,9 @@ export class HostShutdownHandler {
   private prepareSeen = false;
   private run: { abort: AbortController; promise: Promise<HostShutdownReport> } | undefined;
   private stopped = false;
+  /** Aborts the resubscription's retry waits at stop. */
+  private readonly stopping = new AbortController();
+  private resubscribing: Promise<void> | undefined;
 
   constructor(private readonly o: HostShutdownHandlerOptions) {}
 
@@ -57,14 +66,19 @@ export class HostShutdownHandler {
       this.o.logger.info('no system bus: host shutdown is detected from SIGTERM alone');
       return;
     }
-    await p.onPrepareForShutdown((active) => this.onPrepare(active)).catch((err) =>
+    p.onConnectionLost((reason) => this.onSystemBusLost(reason));
+    await this.subscribe(p).catch((err) =>
       this.o.logger.warn(`cannot subscribe to logind PrepareForShutdown: ${describeError(err)}`));
     await this.takeLock();
   }
 
-  /** The SIGTERM path: decide, shut the guests down if that is the decision, release the lock. */
-  async onStop(): Promise<StopOutcome> {
-    this.stopped = true;
+  /**
+   * The stop path: decide, shut the guests down if that is the decision, release the lock. A stop
+   * because the bus was lost never starts guest shutdowns; one logind already started is finished.
+   */
+  async onStop(cause: StopCause = 'signal'): Promise<StopOutcome> {
+    this.markStopped();
+    if (cause === 'bus-lost') return this.onBusLost();
     const s = this.o.settings();
     let systemState: string | undefined;
     if (this.o.platform) {
@@ -95,11 +109,71 @@ export class HostShutdownHandler {
     }
   }
 
+  private async onBusLost(): Promise<StopOutcome> {
+    const decision = BUS_LOST;
+    try {
+      if (!this.run) {
+        this.o.logger.warn(`${decision.why}; guests left running`);
+        return { decision };
+      }
+      this.o.logger.warn(`${decision.why}; the host shutdown logind announced goes on`);
+      return { decision, report: await this.run.promise };
+    } finally {
+      this.releaseLock();
+    }
+  }
+
   /** Releases the lock and the system bus connection. */
   close(): void {
-    this.stopped = true;
+    this.markStopped();
     this.releaseLock();
     this.o.platform?.close();
+  }
+
+  private markStopped(): void {
+    this.stopped = true;
+    this.stopping.abort();
+  }
+
+  private subscribe(p: HostPlatform): Promise<void> {
+    return p.onPrepareForShutdown((active) => this.onPrepare(active));
+  }
+
+  private onSystemBusLost(reason: string): void {
+    if (this.stopped || this.resubscribing) return;
+    this.o.logger.warn(`lost the system bus connection (${reason}): subscribing to logind again`);
+    this.resubscribing = this.resubscribe().finally(() => (this.resubscribing = undefined));
+  }
+
+  /** Subscribes to PrepareForShutdown again and renews the delay lock, retrying until both work. */
+  private async resubscribe(): Promise<void> {
+    const p = this.o.platform!;
+    let waitMs = this.o.resubscribeRetryMs ?? 1000;
+    while (!this.stopped) {
+      try {
+        await this.subscribe(p);
+        await this.renewLock(p);
+        this.o.logger.info('subscribed to logind PrepareForShutdown again on the new system bus connection');
+        return;
+      } catch (err) {
+        this.o.logger.warn(`cannot subscribe to logind again (${describeError(err)}): retrying in ${waitMs} ms`);
+        const aborted = await this.o.clock.sleep(waitMs, this.stopping.signal).then(() => false, () => true);
+        if (aborted) return;
+        waitMs = Math.min(waitMs * 2, 30_000);
+      }
+    }
+  }
+
+  /** A new lock first, then the old one goes: logind may have restarted with the bus and lost it. */
+  private async renewLock(p: HostPlatform): Promise<void> {
+    // A shutdown under way owns the lock's release (or released it on purpose): leave it be.
+    if (this.prepareSeen || this.run) return;
+    const fresh = await p.inhibitShutdown(WHO, WHY);
+    if (this.stopped || this.prepareSeen) return fresh.release();
+    const old = this.lock;
+    this.lock = fresh;
+    old?.release();
+    this.o.logger.info(`holding a logind shutdown delay lock again (${fresh.kind === 'fd' ? 'D-Bus fd' : 'systemd-inhibit child'})`);
   }
 
   private onPrepare(active: boolean): void {

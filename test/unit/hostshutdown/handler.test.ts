@@ -1,36 +1,9 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { HostShutdownHandler } from '../../../src/hostshutdown/host-shutdown-handler.js';
-import type { HostPlatform, InhibitorLock } from '../../../src/hostshutdown/host-platform.js';
 import { silentLogger } from '../../../src/logging/logger.js';
 import { domainNameFor } from '../../../src/machine/names.js';
 import { Harness, SPEC } from '../../support/agent-harness.js';
-
-/** logind and systemd as the handler sees them. */
-class FakePlatform implements HostPlatform {
-  systemStateValue: string | Error = 'running';
-  locksHeld = 0;
-  locksTaken = 0;
-  inhibitFails = false;
-  private listener: ((active: boolean) => void) | undefined;
-  async systemState(): Promise<string> {
-    if (this.systemStateValue instanceof Error) throw this.systemStateValue;
-    return this.systemStateValue;
-  }
-  async inhibitShutdown(): Promise<InhibitorLock> {
-    if (this.inhibitFails) throw new Error('no logind');
-    this.locksHeld++;
-    this.locksTaken++;
-    let held = true;
-    return { kind: 'fd', release: () => held && ((held = false), this.locksHeld--) };
-  }
-  async onPrepareForShutdown(l: (active: boolean) => void): Promise<void> {
-    this.listener = l;
-  }
-  close(): void {}
-  prepare(active: boolean) {
-    this.listener!(active);
-  }
-}
+import { capturingLogger, FakePlatform } from './fake-platform.js';
 
 let h: Harness;
 afterEach(async () => {
@@ -49,19 +22,20 @@ async function setup(opts: { onServiceStop?: 'leave' | 'shutdown'; action?: 'shu
   await h.createRunning('db');
   h.hv.setGuestBehaviour(domainNameFor('db'), 'ignore');
   const platform = new FakePlatform();
+  const logger = capturingLogger();
   const handler = new HostShutdownHandler({
     platform,
     hypervisor: h.hv,
     target: h.agent,
     clock: h.clock,
-    logger: silentLogger,
+    logger,
     settings: () => ({ ...h.config.hostShutdown, retryIntervalMs: 5000 }),
     pollIntervalMs: 500,
     destroyTimeoutMs: 3000,
   });
   await handler.start();
   const records = () => JSON.stringify([...h.store.records.values()].map((r) => ({ spec: r.spec, del: r.deletionTimestamp, f: r.status.forceStopAt })));
-  return { platform, handler, records };
+  return { platform, handler, records, logger };
 }
 
 const running = (name: string) => h.hv.stateOf(domainNameFor(name)) === 'running';
@@ -162,5 +136,54 @@ describe('host shutdown handler', () => {
       settings: () => ({ ...h.config.hostShutdown, retryIntervalMs: 5000 }),
     });
     await expect(h2.start()).resolves.toBeUndefined();
+  });
+
+  it('losing the bus runs the service-stop decision (defect): with onServiceStop=shutdown a lost bus leaves every guest running and says why', async () => {
+    const { platform, handler, records, logger } = await setup({ onServiceStop: 'shutdown' });
+    const before = records();
+    const out = await finish(handler.onStop('bus-lost'));
+    expect(out.decision).toMatchObject({ reason: 'bus-lost', guests: 'leave' });
+    expect(out.report).toBeUndefined();
+    await h.advance(40_000); // past any shutdown deadline: nothing was sent, nothing is destroyed
+    expect(running('web') && running('db')).toBe(true);
+    expect(h.service.info().state).toBe('running');
+    expect(records()).toBe(before);
+    expect(platform.locksHeld).toBe(0);
+    expect(logger.lines).toContain('warn lost the D-Bus connection; guests left running');
+  });
+
+  it('a lost bus during a host shutdown logind announced lets that shutdown finish', async () => {
+    const { platform, handler } = await setup();
+    platform.prepare(true);
+    const out = await finish(handler.onStop('bus-lost'));
+    expect(out.decision.reason).toBe('bus-lost');
+    expect(out.report).toMatchObject({ cleanly: 1, destroyed: 1, leftRunning: 0 });
+  });
+
+  it('the logind subscription is re-established after the system bus reconnects (defect): PrepareForShutdown is heard again, the lock is taken again', async () => {
+    const { platform, logger } = await setup();
+    platform.subscribeFailures = 2; // the bus is not back for the first two tries (retried after 1 s, then 2 s)
+    platform.loseConnection();
+    await h.advance(2900);
+    expect(platform.subscriptions).toBe(1);
+    await h.advance(200);
+    expect(platform.subscriptions).toBe(2);
+    expect(platform.locksTaken).toBe(2);
+    expect(platform.locksHeld).toBe(1); // the new lock replaced the old one
+    expect(logger.lines).toContain('info subscribed to logind PrepareForShutdown again on the new system bus connection');
+    platform.prepare(true);
+    expect(h.service.info().state).toBe('host-shutdown');
+  });
+
+  it('a stop ends the resubscription retries', async () => {
+    const { platform, handler } = await setup();
+    platform.subscribeFailures = 100;
+    platform.loseConnection();
+    await h.advance(1000);
+    await handler.onStop();
+    await h.advance(120_000);
+    expect(platform.subscriptions).toBe(1);
+    expect(platform.subscribeFailures).toBe(98);
+    expect(platform.locksHeld).toBe(0);
   });
 });
