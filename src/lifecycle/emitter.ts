@@ -19,7 +19,8 @@ export class TypedEmitter<Events extends { [K in keyof Events]: Listener }> {
   }
 
   emit<E extends keyof Events>(event: E, ...args: Parameters<Events[E]>): void {
-    for (const listener of this.listeners.get(event) ?? []) {
+    // A copy: a listener added while this event is delivered waits for the next one (as in Node).
+    for (const listener of [...(this.listeners.get(event) ?? [])]) {
       try {
         (listener as (...a: Parameters<Events[E]>) => void)(...args);
       } catch (err) {
