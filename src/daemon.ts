@@ -1,6 +1,6 @@
 // The composition root: the one place that constructs the agent's real parts and wires them.
 import { Agent } from './agent.js';
-import type { Config } from './config/config.js';
+import { type Config, specLimitsFrom } from './config/config.js';
 import type { MessageBus } from 'dbus-next';
 import { connectBus } from './dbus/bus-address.js';
 import { DBusService } from './dbus/dbus-service.js';
@@ -12,6 +12,7 @@ import { systemClock } from './lifecycle/clock.js';
 import { recordsDir } from './machine/paths.js';
 import type { Logger } from './logging/logger.js';
 import { FileMachineStore } from './store/file-store.js';
+import { StoredRecordValidator } from './store/record-validation.js';
 
 export interface RunningDaemon {
   agent: Agent;
@@ -30,7 +31,7 @@ export async function startDaemon(config: Config, logger: Logger): Promise<Runni
     config,
     clock,
     logger,
-    store: new FileMachineStore({ dir: recordsDir(config.stateDir), logger }),
+    store: new FileMachineStore({ dir: recordsDir(config.stateDir), logger, validator: new StoredRecordValidator(specLimitsFrom(config)) }),
     hypervisor: new LibvirtHypervisor({ uri: config.libvirt.uri, callTimeoutMs: config.libvirt.callTimeoutSec * 1000, logger, clock }),
     disks: new QemuImgDiskProvisioner({ logger }),
     images: new ImageGuard({ imageDirectories: config.imageDirectories, inspect: qemuImgInspector(inspector) }),

@@ -3,11 +3,12 @@ import path from 'node:path';
 import { AgentError, describeError } from '../machine/errors.js';
 import { validateMachineName } from '../machine/names.js';
 import { type MachineRecord, cloneRecord, freezeRecord } from '../machine/record.js';
+import { DEFAULT_SPEC_LIMITS } from '../machine/spec.js';
 import { KeyedLock } from '../lifecycle/keyed-lock.js';
 import type { Logger } from '../logging/logger.js';
 import type { LoadResult, MachineStore, QuarantinedFile } from './port.js';
-import { parseStoredRecord } from './record-validation.js';
-import { type StoreFs, nodeStoreFs } from './store-fs.js';
+import { InvalidStoredRecord, StoredRecordValidator } from './record-validation.js';
+import { type StoreFs, UnsafeFileError, nodeStoreFs } from './store-fs.js';
 
 // One JSON file per machine: <dir>/<name>.json. Writes go temp file -> fsync -> rename -> fsync
 // dir, so a crash leaves the old record or the new one, never half of either.
@@ -22,7 +23,12 @@ export interface FileMachineStoreOptions {
   now?: () => number;
   /** Files read at once by load(): enough to hide latency, few enough to keep fds bounded. */
   loadConcurrency?: number;
+  /** Checks each loaded record as the API checks a new one; the agent passes its configured limits. */
+  validator?: StoredRecordValidator;
 }
+
+/** No record comes near this (16 disks, 64 annotations of 4 KiB); a bigger file is not one of ours. */
+export const MAX_RECORD_BYTES = 1024 * 1024;
 
 const TEMP_FILE = /\.json\.tmp-[A-Za-z0-9]+$/;
 
@@ -33,6 +39,7 @@ export class FileMachineStore implements MachineStore {
   private readonly fs: StoreFs;
   private readonly now: () => number;
   private readonly loadConcurrency: number;
+  private readonly validator: StoredRecordValidator;
   private records = new Map<string, MachineRecord>();
   /** Sorted view for list(), rebuilt only after a change. */
   private sorted: MachineRecord[] | undefined;
@@ -46,6 +53,7 @@ export class FileMachineStore implements MachineStore {
     this.fs = { ...nodeStoreFs, ...options.fs };
     this.now = options.now ?? Date.now;
     this.loadConcurrency = options.loadConcurrency ?? 64;
+    this.validator = options.validator ?? new StoredRecordValidator(DEFAULT_SPEC_LIMITS);
   }
 
   async load(): Promise<LoadResult> {
@@ -109,11 +117,46 @@ export class FileMachineStore implements MachineStore {
       const next = cloneRecord(record);
       // Never go backwards, even if the caller started from a stale copy.
       next.resourceVersion = Math.max(current?.resourceVersion ?? 0, record.resourceVersion) + 1;
-      await this.writeAtomically(name, Buffer.from(`${JSON.stringify(next, null, 2)}\n`));
-      this.records.set(name, freezeRecord(next));
-      this.sorted = undefined;
+      const what = `cannot write ${this.fileOf(name)}`;
+      await this.replaceFile(name, serialise(next), what);
+      try {
+        await this.syncDir(what);
+      } catch (err) {
+        await this.undoUnsyncedReplace(name, current, next, err as AgentError);
+      }
+      this.setRecord(name, freezeRecord(next));
       return next;
     });
+  }
+
+  /**
+   * The rename is in the directory but not durable: a restart may see either record. Put the
+   * old one back (or remove a new file) durably, so the caller's StorageFailure is what a restart
+   * sees; if that fails too, memory follows what the directory holds now. Always throws `failure`.
+   */
+  private async undoUnsyncedReplace(name: string, previous: MachineRecord | undefined, next: MachineRecord, failure: AgentError): Promise<never> {
+    const file = this.fileOf(name);
+    let inDirectory: MachineRecord | undefined = next;
+    try {
+      if (previous) await this.replaceFile(name, serialise(previous), `cannot restore ${file}`);
+      else await this.fs.unlink(file);
+      inDirectory = previous;
+      await this.syncDir(`cannot restore ${file}`);
+    } catch (undoError) {
+      this.setRecord(name, inDirectory && freezeRecord(inDirectory));
+      const now = inDirectory === next ? 'the new record stays' : 'the old record is back but may not survive a power cut';
+      this.logger.error('cannot undo an unsynced record write; memory follows the directory', {
+        file, resourceVersion: inDirectory?.resourceVersion ?? 0, outcome: now, error: describeError(undoError),
+      });
+      throw new AgentError('StorageFailure', `${failure.message}; undoing it failed too (${now})`, { cause: failure });
+    }
+    throw failure;
+  }
+
+  private setRecord(name: string, record: MachineRecord | undefined): void {
+    if (record) this.records.set(name, record);
+    else this.records.delete(name);
+    this.sorted = undefined;
   }
 
   async remove(name: string): Promise<void> {
@@ -136,10 +179,10 @@ export class FileMachineStore implements MachineStore {
     return path.join(this.dir, `${name}.json`);
   }
 
-  private async writeAtomically(name: string, data: Buffer): Promise<void> {
+  /** temp file -> fsync -> rename; on failure the target is untouched and the temp file gone. */
+  private async replaceFile(name: string, data: Buffer, what: string): Promise<void> {
     const target = this.fileOf(name);
     const temp = `${target}.tmp-${randomBytes(6).toString('hex')}`;
-    const what = `cannot write ${target}`;
     let fd: number | undefined;
     let step = 'create temp file';
     try {
@@ -159,7 +202,6 @@ export class FileMachineStore implements MachineStore {
       await this.fs.unlink(temp).catch(() => undefined);
       throw storageFailure(`${what}: ${step} failed`, err);
     }
-    await this.syncDir(what);
   }
 
   /** Makes a rename or unlink durable: without it a power cut can bring the old entry back. */
@@ -189,12 +231,20 @@ export class FileMachineStore implements MachineStore {
     const full = path.join(this.dir, file);
     let reason: string;
     try {
-      return { record: parseStoredRecord(await this.fs.readFile(full), file.slice(0, -'.json'.length)) };
+      const text = await this.fs.readRegularFile(full, MAX_RECORD_BYTES);
+      return { record: this.validator.parse(text, file.slice(0, -'.json'.length)) };
     } catch (err) {
-      // Unreadable (EIO, a directory named x.json) or invalid: set it aside, keep starting.
-      reason = describeError(err);
+      // Unreadable (EIO, a FIFO, a link) or invalid: set it aside, keep starting.
+      reason = quarantineReason(err);
     }
     return { quarantined: await this.quarantine(file, reason) };
+  }
+
+  /** The quarantine folder itself is never followed if someone made it a link. */
+  private async ensureQuarantineDir(): Promise<void> {
+    const kind = await this.fs.entryKind(this.quarantineDir);
+    if (kind === 'missing') await this.fs.mkdir(this.quarantineDir, 0o700);
+    else if (kind !== 'directory') throw new Error(`${this.quarantineDir} is a ${kind}, not a directory: not following it`);
   }
 
   private async quarantine(file: string, reason: string): Promise<QuarantinedFile | undefined> {
@@ -202,7 +252,7 @@ export class FileMachineStore implements MachineStore {
     const stamp = new Date(this.now()).toISOString().replace(/:/g, '-');
     const movedTo = path.join(this.quarantineDir, `${file}.${stamp}`);
     try {
-      await this.fs.mkdir(this.quarantineDir, 0o700);
+      await this.ensureQuarantineDir();
       await this.fs.rename(from, movedTo);
     } catch (err) {
       this.logger.error('cannot quarantine a damaged machine record; ignoring it', { file: from, reason, error: describeError(err) });
@@ -211,6 +261,16 @@ export class FileMachineStore implements MachineStore {
     this.logger.warn('quarantined a damaged machine record', { file: from, movedTo, reason });
     return { file: from, movedTo, reason };
   }
+}
+
+const serialise = (record: MachineRecord) => Buffer.from(`${JSON.stringify(record, null, 2)}\n`);
+
+/** Why a file is set aside, in words that never include its content. */
+function quarantineReason(err: unknown): string {
+  if (err instanceof InvalidStoredRecord || err instanceof UnsafeFileError) return err.message;
+  const code = (err as NodeJS.ErrnoException | undefined)?.code;
+  if (code === 'ELOOP') return 'is a symbolic link';
+  return code ? `cannot read: ${code}` : 'cannot read';
 }
 
 function storageFailure(what: string, err: unknown): AgentError {

@@ -4,10 +4,18 @@ import { promisify } from 'node:util';
 // The file operations the store uses, on plain fds so a test can swap any single one (write,
 // fsync, rename...) for one that fails with ENOSPC or EIO.
 
+/** What kind of directory entry a path names, without following a symbolic link. */
+export type EntryKind = 'file' | 'directory' | 'symlink' | 'other' | 'missing';
+
 export interface StoreFs {
   mkdir(path: string, mode: number): Promise<void>;
   readdir(path: string): Promise<string[]>;
-  readFile(path: string): Promise<string>;
+  /**
+   * Reads a regular file of at most maxBytes. Never follows a symbolic link, never blocks on a
+   * FIFO and never reads a device: those throw UnsafeFileError (or ELOOP for a link).
+   */
+  readRegularFile(path: string, maxBytes: number): Promise<string>;
+  entryKind(path: string): Promise<EntryKind>;
   open(path: string, flags: string, mode?: number): Promise<number>;
   /** Writes all of data (loops on short writes). */
   write(fd: number, data: Buffer): Promise<void>;
@@ -17,17 +25,61 @@ export interface StoreFs {
   unlink(path: string): Promise<void>;
 }
 
+/** A file the store refuses to read; the message is the reason, never the file's content. */
+export class UnsafeFileError extends Error {}
+
 const writeFd = promisify(fs.write);
-// Only load() reads, once at start-up before the bus name is taken: a synchronous read skips two
-// thread-pool round trips per file, which is most of the time with 10,000 small records.
-const readFileNow = async (path: string) => fs.readFileSync(path, 'utf8');
+
+function kindOf(st: fs.Stats): EntryKind {
+  if (st.isFile()) return 'file';
+  if (st.isDirectory()) return 'directory';
+  if (st.isSymbolicLink()) return 'symlink';
+  return 'other';
+}
+
+function describeNonRegular(st: fs.Stats): string {
+  if (st.isDirectory()) return 'a directory';
+  if (st.isFIFO()) return 'a FIFO';
+  if (st.isCharacterDevice()) return 'a character device';
+  if (st.isBlockDevice()) return 'a block device';
+  if (st.isSocket()) return 'a socket';
+  return 'not a plain file';
+}
+
+// Only load() reads, once at start-up before the bus name is taken: synchronous calls skip the
+// thread-pool round trips per file, which are most of the time with 10,000 small records.
+function readRegularFileNow(path: string, maxBytes: number): string {
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
+  const fd = fs.openSync(path, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW | fs.constants.O_NONBLOCK);
+  try {
+    const st = fs.fstatSync(fd);
+    if (!st.isFile()) throw new UnsafeFileError(`not a regular file (${describeNonRegular(st)})`);
+    if (st.size > maxBytes) throw new UnsafeFileError(`larger than ${maxBytes} bytes (${st.size})`);
+    // One byte more than allowed tells a file that grew since fstat from one that did not.
+    const buf = Buffer.allocUnsafe(Math.min(st.size, maxBytes) + 1);
+    let length = 0;
+    for (let n; length < buf.length && (n = fs.readSync(fd, buf, length, buf.length - length, length)) > 0; ) length += n;
+    if (length > maxBytes) throw new UnsafeFileError(`larger than ${maxBytes} bytes`);
+    return buf.toString('utf8', 0, length);
+  } finally {
+    fs.closeSync(fd);
+  }
+}
 
 export const nodeStoreFs: StoreFs = {
   async mkdir(path, mode) {
     await fs.promises.mkdir(path, { recursive: true, mode });
   },
   readdir: (path) => fs.promises.readdir(path),
-  readFile: readFileNow,
+  readRegularFile: async (path, maxBytes) => readRegularFileNow(path, maxBytes),
+  async entryKind(path) {
+    try {
+      return kindOf(await fs.promises.lstat(path));
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return 'missing';
+      throw err;
+    }
+  },
   open: promisify(fs.open) as StoreFs['open'],
   async write(fd, data) {
     for (let off = 0; off < data.length; ) {

@@ -1,4 +1,9 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach } from 'vitest';
 import { type MachineRecord, RECORD_API_VERSION, newStatus } from '../../../src/machine/record.js';
+import { FileMachineStore, type FileMachineStoreOptions } from '../../../src/store/file-store.js';
 import type { LogFields, Logger } from '../../../src/logging/logger.js';
 
 // Shared fixtures for the store tests.
@@ -44,4 +49,24 @@ export function captureLogger(): Logger & { lines: LogLine[] } {
 export function errnoError(code: string, syscall: string): NodeJS.ErrnoException {
   const text: Record<string, string> = { ENOSPC: 'no space left on device', EIO: 'i/o error', EROFS: 'read-only file system' };
   return Object.assign(new Error(`${code}: ${text[code] ?? 'error'}, ${syscall}`), { code, syscall });
+}
+
+/** A fresh temp state dir per test: `paths.root` holds machines/ (`paths.dir`) and quarantine/. */
+export function useTempStateDir(): { root: string; dir: string } {
+  const paths = { root: '', dir: '' };
+  beforeEach(async () => {
+    paths.root = await mkdtemp(path.join(tmpdir(), 'vmkeeper-store-'));
+    paths.dir = path.join(paths.root, 'machines');
+  });
+  afterEach(async () => {
+    await rm(paths.root, { recursive: true, force: true });
+  });
+  return paths;
+}
+
+/** A store on dir with a capturing logger and a fixed clock (quarantine names are predictable). */
+export function newTestStore(dir: string, options: Partial<FileMachineStoreOptions> = {}) {
+  const logger = captureLogger();
+  const store = new FileMachineStore({ dir, logger, now: () => Date.UTC(2025, 0, 2, 3, 4, 5), ...options });
+  return { store, logger };
 }

@@ -1,0 +1,67 @@
+import { describe, expect, it } from 'vitest';
+import type { MachineRecord } from '../../../src/machine/record.js';
+import { DEFAULT_SPEC_LIMITS } from '../../../src/machine/spec.js';
+import { InvalidStoredRecord, StoredRecordValidator } from '../../../src/store/record-validation.js';
+import { makeRecord } from './records.js';
+
+// Issue 15: a loaded record is checked exactly as the API checks a new one, with the limits the
+// agent was configured with; what would be refused over D-Bus is quarantined, never acted on.
+
+const validator = new StoredRecordValidator(DEFAULT_SPEC_LIMITS);
+const good = makeRecord('vm');
+const withSpec = (spec: Record<string, unknown>) => ({ ...good, spec: { ...good.spec, ...spec } });
+const withStatus = (status: Record<string, unknown>) => ({ ...good, status: { ...good.status, ...status } });
+const parse = (record: unknown, v = validator) => v.parse(JSON.stringify(record), 'vm');
+const reasonFor = (record: unknown, v = validator) => {
+  try {
+    parse(record, v);
+  } catch (err) {
+    expect(err).toBeInstanceOf(InvalidStoredRecord);
+    return (err as Error).message;
+  }
+  throw new Error('the record was accepted');
+};
+
+describe('StoredRecordValidator', () => {
+  it.each([
+    { what: 'a foreign domainName (would touch a domain not ours)', record: { ...good, domainName: 'test' }, reason: 'domainName: must be "vmkeeper-vm", derived from the name' },
+    { what: 'a domainName of another machine', record: { ...good, domainName: 'vmkeeper-other' }, reason: /^domainName: must be "vmkeeper-vm"/ },
+    { what: 'an image outside the image dirs', record: withSpec({ disks: [{ name: 'root', image: '/etc/shadow' }] }), reason: /^spec\.disks\[0\]\.image: must lie inside an image directory/ },
+    { what: 'a kernel outside the image dirs', record: withSpec({ boot: { kernel: '/boot/vmlinuz' } }), reason: /^spec\.boot\.kernel: must lie inside an image directory/ },
+    { what: 'an image path with ".."', record: withSpec({ disks: [{ name: 'root', image: '/var/lib/vmkeeper/images/../../../etc/shadow' }] }), reason: /^spec\.disks\[0\]\.image: must be a normalised path/ },
+    { what: 'a disk name with "../"', record: withSpec({ disks: [{ name: '../../../tmp/x', sizeGiB: 1 }] }), reason: /^spec\.disks\[0\]\.name: must match/ },
+    { what: 'an unknown spec key', record: withSpec({ cpu: 2 }), reason: 'spec.cpu: unknown key' },
+    { what: 'cpus over the limit', record: withSpec({ cpus: 100_000 }), reason: /^spec\.cpus: must be between/ },
+    { what: 'a bad annotation key', record: { ...good, annotations: { 'a b': 'x' } }, reason: /^annotations\[a key not shown\]: key name must be/ },
+    { what: 'a uuid that is not one', record: { ...good, uuid: 'x' }, reason: 'uuid: must be a UUID' },
+    { what: 'a negative resourceVersion', record: { ...good, resourceVersion: -1 }, reason: 'resourceVersion: must be a number >= 0' },
+    { what: 'createdFiles of the wrong type', record: withStatus({ createdFiles: 'x' }), reason: 'status.createdFiles: must be a list of strings' },
+    { what: 'domainDefined of the wrong type', record: withStatus({ domainDefined: 'yes' }), reason: 'status.domainDefined: must be a boolean' },
+  ])('refuses $what', ({ record, reason }) => {
+    expect(reasonFor(record)).toEqual(typeof reason === 'string' ? reason : expect.stringMatching(reason));
+  });
+
+  it('accepts a record written by the store and returns it unchanged', () => {
+    expect(parse(good)).toEqual(good);
+  });
+
+  it('drops the copy of the annotations an older record kept in its spec', () => {
+    const older = withSpec({ annotations: { stale: 'copy' } });
+    const loaded = parse(older);
+    expect(loaded.spec).not.toHaveProperty('annotations');
+    expect(loaded.annotations).toEqual({ owner: 'test' });
+  });
+
+  it('tolerates records with and without the unused status fields', () => {
+    const { domainDefined: _d, createdFiles: _c, ...slim } = good.status as MachineRecord['status'] & Record<string, unknown>;
+    expect(parse({ ...good, status: slim }).status).toEqual(slim);
+    expect(parse(withStatus({ domainDefined: true, createdFiles: ['a'] })).status).toMatchObject({ domainDefined: true, createdFiles: ['a'] });
+  });
+
+  it('uses the limits it is given: an image dir the agent is configured with', () => {
+    const record = withSpec({ boot: { kernel: '/srv/images/vmlinuz' } });
+    expect(reasonFor(record)).toMatch(/^spec\.boot\.kernel: must lie inside an image directory \(\/var\/lib\/vmkeeper\/images\)$/);
+    const configured = new StoredRecordValidator({ ...DEFAULT_SPEC_LIMITS, imageDirectories: ['/srv/images'] });
+    expect(parse(record, configured).spec.boot).toEqual({ kernel: '/srv/images/vmlinuz' });
+  });
+});
