@@ -105,8 +105,8 @@ export class Agent {
 
   /** Loads the records and starts watching libvirt. A dead libvirtd leaves the agent degraded, not down. */
   async start(): Promise<void> {
+    // The store logs each quarantined file itself, once, with its reason.
     const loaded = await this.parts.store.load();
-    for (const q of loaded.quarantined) this.logger.warn(`moved unreadable record ${q.file} aside to ${q.movedTo}: ${q.reason}`);
     this.logger.info(`loaded ${loaded.records} machine records from ${recordsDir(this.parts.config.stateDir)}`);
     this.reconciler.start();
     this.sweeper.start();
