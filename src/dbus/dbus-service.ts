@@ -11,6 +11,7 @@ import type { SnapshotInterface } from './interface-support.js';
 import { MACHINE_INTERFACE, MachineInterface } from './machine-interface.js';
 import { MANAGER_INTERFACE, ManagerInterface, managerProperties } from './manager-interface.js';
 import { ObjectManagerInterface, type ManagedObjects } from './object-manager.js';
+import { guardOutbound, unmarshallableText } from './outbound-guard.js';
 
 // Fronts a MachineApi on the bus: exports the manager and one object per machine, keeps them in
 // step with the api's events, and owns the well-known name.
@@ -44,7 +45,7 @@ export class DBusService {
     this.busName = options.busName ?? BUS_NAME;
     // Without a listener, a reply written after disconnect raises an unhandled 'error' and kills us.
     this.bus.on('error', (err: unknown) => this.logger.warn('D-Bus connection error', { error: describeError(err) }));
-    dropSendsAfterClose(this.bus, this.logger);
+    guardOutbound(this.bus, this.logger);
     this.manager = new ManagerInterface(this.api);
     this.objectManager = new ObjectManagerInterface(() => this.managedObjects());
   }
@@ -175,10 +176,17 @@ export class DBusService {
     this.manager.MachineRemoved(name, path);
   }
 
+  /** One machine that cannot be encoded is left out (and logged), so the others still reach everyone. */
   private managedObjects(): ManagedObjects {
     const objects: ManagedObjects = {};
     for (const iface of this.machines.values()) {
-      objects[machineObjectPath(iface.machineName)] = { [MACHINE_INTERFACE]: iface.variants() };
+      const properties = iface.variants();
+      const problem = unmarshallableText(properties);
+      if (problem) {
+        this.logger.error('machine left out of GetManagedObjects: a property cannot be encoded', { machine: iface.machineName, error: problem });
+        continue;
+      }
+      objects[machineObjectPath(iface.machineName)] = { [MACHINE_INTERFACE]: properties };
     }
     return objects;
   }
@@ -205,24 +213,6 @@ export class DBusService {
     } else reply = [DBUS_ERROR_PROPERTY_READ_ONLY, `property ${property} is read-only`];
     this.bus.send(Message.newError(msg as unknown as string, reply[0], reply[1]));
     return true;
-  };
-}
-
-const SAFE_SEND = Symbol.for('vmkeeper.dbus.safeSend');
-
-// dbus-next's send() throws synchronously once the stream is closed; a method reply that comes
-// due after disconnect would then become an unhandled rejection inside dbus-next. Drop it instead.
-function dropSendsAfterClose(bus: MessageBus, logger: Logger): void {
-  const marked = bus as MessageBus & { [SAFE_SEND]?: true };
-  if (marked[SAFE_SEND]) return;
-  marked[SAFE_SEND] = true;
-  const send = bus.send.bind(bus);
-  bus.send = (msg: Message) => {
-    try {
-      send(msg);
-    } catch (err) {
-      logger.debug('D-Bus message dropped', { member: msg.member, error: describeError(err) });
-    }
   };
 }
 

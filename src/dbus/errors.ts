@@ -1,5 +1,5 @@
 import { DBusError } from 'dbus-next';
-import { AgentError, describeError } from '../machine/errors.js';
+import { AgentError, ERROR_PREFIX, describeError } from '../machine/errors.js';
 
 // The single place where agent failures become D-Bus errors: callers get a name and one line.
 
@@ -7,6 +7,11 @@ export const DBUS_ERROR_FAILED = 'org.freedesktop.DBus.Error.Failed';
 export const DBUS_ERROR_PROPERTY_READ_ONLY = 'org.freedesktop.DBus.Error.PropertyReadOnly';
 export const DBUS_ERROR_UNKNOWN_PROPERTY = 'org.freedesktop.DBus.Error.UnknownProperty';
 export const DBUS_ERROR_UNKNOWN_INTERFACE = 'org.freedesktop.DBus.Error.UnknownInterface';
+export const DBUS_ERROR_INVALID_ARGS = 'org.freedesktop.DBus.Error.InvalidArgs';
+export const DBUS_ERROR_UNKNOWN_METHOD = 'org.freedesktop.DBus.Error.UnknownMethod';
+export const DBUS_ERROR_LIMITS_EXCEEDED = 'org.freedesktop.DBus.Error.LimitsExceeded';
+/** A reply the agent could not encode (docs/dbus-api.md): the caller is told instead of left waiting. */
+export const DBUS_ERROR_INTERNAL = `${ERROR_PREFIX}InternalError`;
 
 const MAX_MESSAGE = 1000;
 

@@ -1,5 +1,4 @@
 import { describeRecord } from '../machine/describe.js';
-import { copyAnnotations } from '../machine/annotations.js';
 import { specView, type MachineRecord } from '../machine/record.js';
 import type { MachineApi } from '../service/api.js';
 import { mapErrors } from './errors.js';
@@ -27,7 +26,8 @@ export function machineProperties(r: MachineRecord, defaultGraceSec: number): Pr
     ShutdownRequestedAt: usec(r.status.shutdownRequestedAt),
     ForceStopAt: usec(r.status.forceStopAt),
     GracePeriodSec: uint32(gracePeriodSec(r, defaultGraceSec)),
-    Annotations: copyAnnotations(r.annotations),
+    // A plain object: dbus-next marshals a{ss} only from objects whose constructor is Object.
+    Annotations: { ...r.annotations },
     Spec: JSON.stringify(specView(r)),
     ResourceVersion: BigInt(Math.max(0, Math.trunc(r.resourceVersion))),
   };

@@ -1,0 +1,68 @@
+import { Message, MessageType, Variant, type MessageBus } from 'dbus-next';
+import type { Logger } from '../logging/logger.js';
+import { describeError } from '../machine/errors.js';
+import { wireTextProblem } from '../machine/text-rules.js';
+import { DBUS_ERROR_INTERNAL } from './errors.js';
+
+// Every message the agent sends passes here. dbus-next throws on some values (a NUL, a dict whose
+// `constructor` key shadows Object) and sends others that sd-bus and GLib clients then refuse
+// (noncharacters, lone surrogates). A reply that cannot go out becomes a named error to its caller.
+
+/** Why some string inside `value` cannot be carried by every D-Bus client, or undefined. */
+export function unmarshallableText(value: unknown): string | undefined {
+  if (typeof value === 'string') return wireTextProblem(value);
+  if (value instanceof Variant) return unmarshallableText(value.value);
+  if (Buffer.isBuffer(value) || typeof value !== 'object' || value === null) return undefined;
+  const items = Array.isArray(value) ? value : Object.entries(value).flat();
+  for (const item of items) {
+    const problem = unmarshallableText(item);
+    if (problem) return problem;
+  }
+  return undefined;
+}
+
+const GUARDED = Symbol.for('vmkeeper.dbus.outboundGuard');
+
+/**
+ * Wraps bus.send: a message with a string no client can read is not sent; a method reply that
+ * cannot be sent (for that reason or because the marshaller throws) becomes
+ * org.vmkeeper1.Error.InternalError to the caller (an error reply keeps its name and loses its text);
+ * all are logged as errors. Once the connection
+ * is closed nothing can be sent at all, and that is only a debug line.
+ */
+export function guardOutbound(bus: MessageBus, logger: Logger): void {
+  const marked = bus as MessageBus & { [GUARDED]?: true };
+  if (marked[GUARDED]) return;
+  marked[GUARDED] = true;
+  const send = bus.send.bind(bus);
+  const refuse = (msg: Message, why: string) => {
+    const what = msg.type === MessageType.SIGNAL ? `signal ${msg.interface}.${msg.member}` : `reply to ${msg.destination} (serial ${msg.replySerial})`;
+    logger.error('D-Bus message not sent: it cannot be marshalled', { message: what, path: msg.path, error: why });
+    // The caller still gets an answer: an error in place of the reply, or the error without its text.
+    let name: string;
+    let text: string;
+    if (msg.type === MessageType.METHOD_RETURN) [name, text] = [DBUS_ERROR_INTERNAL, `the agent could not encode its reply: ${why}`];
+    else if (msg.type === MessageType.ERROR && msg.errorName) [name, text] = [msg.errorName, `(the error text could not be encoded: ${why})`];
+    else return;
+    try {
+      send(new Message({ type: MessageType.ERROR, replySerial: msg.replySerial, destination: msg.destination, errorName: name, signature: 's', body: [text] }));
+    } catch (err) {
+      logger.debug('D-Bus message dropped', { error: describeError(err) });
+    }
+  };
+  bus.send = (msg: Message) => {
+    const problem = unmarshallableText(msg.body);
+    if (problem) return refuse(msg, `a string ${problem}`);
+    try {
+      send(msg);
+    } catch (err) {
+      if (isClosed(bus)) logger.debug('D-Bus message dropped after disconnect', { member: msg.member, error: describeError(err) });
+      else refuse(msg, describeError(err));
+    }
+  };
+}
+
+function isClosed(bus: MessageBus): boolean {
+  const stream = (bus as unknown as { _connection?: { stream?: { destroyed?: boolean; writable?: boolean } } })._connection?.stream;
+  return stream === undefined || stream.destroyed === true || stream.writable === false;
+}
