@@ -23,8 +23,10 @@ function guardedBus() {
   return { bus: bus as unknown as MessageBus, sent, logger };
 }
 
+// dbus-next's typings declare serials as strings; on the wire and at run time they are numbers.
+const serial = (n: number) => n as unknown as string;
 const reply = (signature: string, body: unknown[]) =>
-  new Message({ type: MessageType.METHOD_RETURN, replySerial: 7, destination: ':1.42', signature, body });
+  new Message({ type: MessageType.METHOD_RETURN, replySerial: serial(7), destination: ':1.42', signature, body });
 
 describe('unmarshallableText', () => {
   it.each([
@@ -56,7 +58,7 @@ describe('guardOutbound: no reply is ever dropped silently', () => {
 
   it('keeps an error reply named when its text cannot be encoded', () => {
     const { bus, sent } = guardedBus();
-    bus.send(new Message({ type: MessageType.ERROR, replySerial: 3, destination: ':1.9', errorName: 'org.vmkeeper1.Error.NoSuchMachine', signature: 's', body: ['no \u0000'] }));
+    bus.send(new Message({ type: MessageType.ERROR, replySerial: serial(3), destination: ':1.9', errorName: 'org.vmkeeper1.Error.NoSuchMachine', signature: 's', body: ['no \u0000'] }));
     expect(sent[0]).toMatchObject({ errorName: 'org.vmkeeper1.Error.NoSuchMachine', replySerial: 3 });
     expect(unmarshallableText(sent[0]!.body)).toBeUndefined();
   });
