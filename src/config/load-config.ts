@@ -3,6 +3,7 @@ import { isMap, isSeq, LineCounter, parseDocument, type Document } from 'yaml';
 import { type Config, DEFAULT_CONFIG_PATH, defaultConfig } from './config.js';
 import { ConfigError, InvalidValue } from './errors.js';
 import { type Flags, parseFlags } from './flags.js';
+import { imageDirProblem, stateDirProblem } from './path-rules.js';
 import { CONFIG_SCHEMA, FieldError, type KeyPath, type Parse, type Section, absolutePath, applySection, formatKeyPath } from './schema.js';
 
 // Built-in defaults < STATE_DIRECTORY / systemd log detection < config file < flags.
@@ -36,9 +37,21 @@ export function loadConfig(options: LoadConfigOptions): LoadedConfig {
   }
 
   const text = readConfigText(configPath, flags.config !== undefined, readFile);
-  const given = text === undefined ? new Set<string>() : applyFile(configPath, text, config);
-  applyEnv(options.env, config, given);
+  const file = text === undefined ? undefined : applyFile(configPath, text, config);
+  const given = file?.given ?? new Set<string>();
+  const stateDirFromEnv = applyEnv(options.env, config, given);
   applyFlags(flags, config);
+  const imageDirsGiven = given.has('imageDirectories') || flags.imageDirs !== undefined;
+  checkDirectories(config, imageDirsGiven, (keyPath, why) => {
+    // Blame the key where the value came from: a flag, the environment, or its line in the file.
+    const [key, index] = keyPath;
+    if (key === 'stateDir' && flags.stateDir !== undefined) return new ConfigError('command line', undefined, '--state-dir', why);
+    if (key === 'stateDir' && stateDirFromEnv) return new ConfigError('environment', undefined, 'STATE_DIRECTORY', why);
+    if (key === 'imageDirectories' && flags.imageDirs !== undefined) {
+      return new ConfigError('command line', undefined, '--image-dir', `${flags.imageDirs[index as number]}: ${why}`);
+    }
+    return new ConfigError(file?.source ?? 'built-in default', file?.lineOf(keyPath), formatKeyPath(keyPath), why);
+  });
   // "auto" (or nothing said anywhere) picks the journal when systemd started us.
   if ((config.log.format as string) === 'auto' || (!given.has('log.format') && flags.logFormat === undefined)) {
     config.log.format = systemdLogFormat(options.env) ?? 'text';
@@ -57,7 +70,16 @@ function readConfigText(file: string, explicit: boolean, readFile: (p: string) =
   }
 }
 
-function applyFile(file: string, text: string, config: Config): Set<string> {
+interface AppliedFile {
+  source: string;
+  given: Set<string>;
+  lineOf(keyPath: KeyPath): number;
+}
+
+// yaml's own default; stated because an alias bomb ("billion laughs") must stop here, named.
+const MAX_YAML_ALIASES = 100;
+
+function applyFile(file: string, text: string, config: Config): AppliedFile {
   const lineCounter = new LineCounter();
   const doc = parseDocument(text, { lineCounter, prettyErrors: false });
   const syntax = doc.errors[0];
@@ -67,8 +89,15 @@ function applyFile(file: string, text: string, config: Config): Set<string> {
     const why = syntax.message.split('\n')[0]!;
     throw new ConfigError(file, line, '', `YAML syntax error: ${why}`, { cause: syntax });
   }
+  let raw: unknown;
   try {
-    return applySection(doc.toJS(), CONFIG_SCHEMA, config as unknown as Record<string, unknown>);
+    raw = doc.toJS({ maxAliasCount: MAX_YAML_ALIASES });
+  } catch (err) {
+    throw new ConfigError(file, undefined, '', `YAML aliases expand too far (more than ${MAX_YAML_ALIASES}): refusing a possible alias bomb`, { cause: err });
+  }
+  try {
+    const given = applySection(raw, CONFIG_SCHEMA, config as unknown as Record<string, unknown>);
+    return { source: file, given, lineOf: (keyPath) => lineOf(doc, lineCounter, keyPath) };
   } catch (err) {
     if (!(err instanceof FieldError)) throw err;
     throw new ConfigError(file, lineOf(doc, lineCounter, err.keyPath), formatKeyPath(err.keyPath), err.message);
@@ -98,7 +127,8 @@ function systemdLogFormat(env: NodeJS.ProcessEnv): 'journal' | undefined {
   return env.JOURNAL_STREAM || env.INVOCATION_ID ? 'journal' : undefined;
 }
 
-function applyEnv(env: NodeJS.ProcessEnv, config: Config, given: Set<string>): void {
+/** Whether STATE_DIRECTORY set the state dir. */
+function applyEnv(env: NodeJS.ProcessEnv, config: Config, given: Set<string>): boolean {
   if (!given.has('stateDir') && env.STATE_DIRECTORY) {
     // systemd lists one path per StateDirectory= entry, colon-separated; ours is the first.
     const first = env.STATE_DIRECTORY.split(':')[0]!;
@@ -108,6 +138,21 @@ function applyEnv(env: NodeJS.ProcessEnv, config: Config, given: Set<string>): v
       if (!(err instanceof InvalidValue)) throw err;
       throw new ConfigError('environment', undefined, 'STATE_DIRECTORY', err.message);
     }
+    return true;
+  }
+  return false;
+}
+
+/** The state and image dirs once every source has spoken (path-rules.ts says why). */
+function checkDirectories(config: Config, imageDirsGiven: boolean, error: (keyPath: KeyPath, why: string) => ConfigError): void {
+  const stateProblem = stateDirProblem(config.stateDir);
+  if (stateProblem !== undefined) throw error(['stateDir'], stateProblem);
+  for (const [i, dir] of config.imageDirectories.entries()) {
+    const problem = imageDirProblem(dir, config.stateDir);
+    if (problem === undefined) continue;
+    // A built-in image dir is not at fault: the state dir that collides with it is.
+    if (!imageDirsGiven) throw error(['stateDir'], `collides with the default image directory ${dir}, which ${problem}`);
+    throw error(['imageDirectories', i], problem);
   }
 }
 

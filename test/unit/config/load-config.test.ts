@@ -218,6 +218,68 @@ describe('loadConfig: environment', () => {
   });
 });
 
+describe('loadConfig: directories that would hand host files to guests', () => {
+  it.each([
+    { name: 'an image dir of /', yaml: 'imageDirectories:\n  - /srv/images\n  - /\n', message: `${FILE}:3: imageDirectories[1]: must not be a system directory or contain one (/)` },
+    { name: 'an image dir of /etc', yaml: 'imageDirectories: [/etc]\n', message: `${FILE}:1: imageDirectories[0]: must not be a system directory or contain one (/etc)` },
+    { name: 'an image dir inside /proc', yaml: 'imageDirectories: [/proc/self]\n', message: `${FILE}:1: imageDirectories[0]: must not lie inside /proc` },
+    {
+      name: 'an image dir equal to the state dir',
+      yaml: 'stateDir: /srv/vmk\nimageDirectories:\n  - /srv/vmk\n',
+      message: `${FILE}:3: imageDirectories[0]: must not be or contain the state directory (/srv/vmk)`,
+    },
+    {
+      name: 'an image dir containing the state dir',
+      yaml: 'stateDir: /srv/vmk/state\nimageDirectories: [/srv/vmk]\n',
+      message: `${FILE}:2: imageDirectories[0]: must not be or contain the state directory (/srv/vmk/state)`,
+    },
+    {
+      name: 'an image dir inside the agent\'s guest folders',
+      yaml: 'stateDir: /srv/vmk\nimageDirectories: [/srv/vmk/guests/web]\n',
+      message: `${FILE}:2: imageDirectories[0]: must not overlap /srv/vmk/guests, where the agent writes`,
+    },
+    { name: 'a state dir of /', yaml: 'bus: system\nstateDir: /\n', message: `${FILE}:2: stateDir: must not be a system directory or contain one (/)` },
+    { name: 'a state dir of /usr', yaml: 'stateDir: /usr\n', message: `${FILE}:1: stateDir: must not be a system directory or contain one (/usr)` },
+    { name: 'a state dir inside /sys', yaml: 'stateDir: /sys/fs/vmk\n', message: `${FILE}:1: stateDir: must not lie inside /sys` },
+    {
+      name: 'a state dir that is the default image dir',
+      yaml: 'stateDir: /var/lib/vmkeeper/images\n',
+      message: `${FILE}:1: stateDir: collides with the default image directory /var/lib/vmkeeper/images, which must not be or contain the state directory (/var/lib/vmkeeper/images)`,
+    },
+  ])('file: $name', ({ yaml, message }) => {
+    expect(loadError({ [FILE]: yaml }).message).toBe(message);
+  });
+
+  it.each([
+    { argv: ['--image-dir', '/'], env: {}, message: 'command line: --image-dir: /: must not be a system directory or contain one (/)' },
+    { argv: ['--state-dir', '/etc'], env: {}, message: 'command line: --state-dir: must not be a system directory or contain one (/etc)' },
+    { argv: [], env: { STATE_DIRECTORY: '/var' }, message: 'environment: STATE_DIRECTORY: must not be a system directory or contain one (/var)' },
+    {
+      argv: ['--state-dir', '/srv/a', '--image-dir', '/srv/a/machines'],
+      env: {},
+      message: 'command line: --image-dir: /srv/a/machines: must not overlap /srv/a/machines, where the agent writes',
+    },
+  ])('flags and environment: $argv $env', ({ argv, env, message }) => {
+    expect(loadError({}, argv, env).message).toBe(message);
+  });
+
+  it('keeps the packaged layout: images beside the agent\'s folders in the state dir', () => {
+    const { config } = load({ [FILE]: 'stateDir: /var/lib/vmkeeper\nimageDirectories: [/var/lib/vmkeeper/images, /srv/images]\n' });
+    expect(config.imageDirectories).toEqual(['/var/lib/vmkeeper/images', '/srv/images']);
+  });
+
+  it('a YAML alias bomb stops with the file named, not a crash', () => {
+    const levels = ['a: &a [x, x, x, x, x, x, x, x, x]'];
+    for (const [i, name] of ['b', 'c', 'd', 'e', 'f', 'g', 'h', 'i'].entries()) {
+      const prev = String.fromCharCode('a'.charCodeAt(0) + i);
+      levels.push(`${name}: &${name} [${Array(9).fill(`*${prev}`).join(', ')}]`);
+    }
+    const err = loadError({ [FILE]: `${levels.join('\n')}\n` });
+    expect(err.message).toBe(`${FILE}: YAML aliases expand too far (more than 100): refusing a possible alias bomb`);
+    expect(err.source).toBe(FILE);
+  });
+});
+
 describe('specLimitsFrom', () => {
   it('takes image directories and domain type from the config', () => {
     const { config } = load({ [FILE]: 'imageDirectories: [/srv/i]\ndefaultDomainType: qemu\n' });
