@@ -48,6 +48,15 @@ export class DomainObserver {
     return this.snapshot.get(domainName);
   }
 
+  /**
+   * The agent itself changed a domain's state: the next poll compares against this, so a guest
+   * that dies before that poll still shows as a change instead of looking like the old state.
+   */
+  noteState(domainName: string, state: DomainSummary['state']): void {
+    const known = this.snapshot.get(domainName);
+    this.snapshot.set(domainName, { ...known, name: domainName, state });
+  }
+
   /** Polls once now and then every interval. */
   async start(): Promise<void> {
     this.stopped = false;

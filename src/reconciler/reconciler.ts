@@ -168,6 +168,7 @@ export class Reconciler {
     if (state !== undefined) return { name: record.domainName, state };
     await this.o.provisioner.define(record);
     this.o.ownership.defined(record.domainName, record.uuid);
+    this.o.observer().noteState(record.domainName, 'shutoff');
     if (record.status.domainDefined) {
       this.o.records.event(record.name, 'warning', 'DomainUndefined',
         `domain ${record.domainName} was undefined outside the agent; defined it again from the machine record`);
@@ -203,6 +204,7 @@ export class Reconciler {
     if (!this.stillWantsStart(name)) return;
     const restarting = this.restarts.isPending(name);
     await this.o.hypervisor.startDomain(record.domainName);
+    this.o.observer().noteState(record.domainName, 'running');
     this.restarts.restarted(name);
     this.o.records.event(name, 'normal', 'Started', restarting
       ? `domain ${record.domainName} started again after it stopped outside the agent`
