@@ -137,7 +137,7 @@ describe('LibvirtHypervisor call timeouts', () => {
     return { clock, hv, counts: native.counts };
   };
 
-  it('time waiting for a slot does not count against the call timeout: under load the connection stays up', async () => {
+  it('libvirt call timeouts count time spent waiting for a pool slot (defect): under load every call answers and the connection stays up', async () => {
     const { clock, hv, counts } = setup({ delayMs: 1000, queueTimeoutMs: 60_000 });
     await hv.connect();
     // 8 lookups + 8 getInfo through one slot, 1 s each: the last lookups wait up to 7 s for it.
@@ -149,7 +149,7 @@ describe('LibvirtHypervisor call timeouts', () => {
     expect(counts.opens).toBe(1);
   });
 
-  it('a call that timed out while still queued fails with CallQueueTimeoutError and does not mark the connection broken', async () => {
+  it('a call that timed out while still queued marks a healthy connection broken (defect): it fails with CallQueueTimeoutError, the connection stays', async () => {
     const { clock, hv, counts } = setup({ delayMs: 3000, queueTimeoutMs: 2000 });
     await hv.connect();
     const busy = track(hv.domainState('vmkeeper-busy'));
