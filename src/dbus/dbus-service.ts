@@ -10,7 +10,9 @@ import { DBUS_ERROR_PROPERTY_READ_ONLY, DBUS_ERROR_UNKNOWN_INTERFACE, DBUS_ERROR
 import type { SnapshotInterface } from './interface-support.js';
 import { MACHINE_INTERFACE, MachineInterface } from './machine-interface.js';
 import { MANAGER_INTERFACE, ManagerInterface, managerProperties } from './manager-interface.js';
-import { ObjectManagerInterface, type ManagedObjects } from './object-manager.js';
+import { filterInbound, type InboundJudge } from './inbound-filter.js';
+import { inboundJudge, methodSignatures } from './inbound-policy.js';
+import { OBJECT_MANAGER_INTERFACE, ObjectManagerInterface, type ManagedObjects } from './object-manager.js';
 import { guardOutbound, unmarshallableText } from './outbound-guard.js';
 
 // Fronts a MachineApi on the bus: exports the manager and one object per machine, keeps them in
@@ -35,6 +37,13 @@ export class DBusService {
   private readonly manager: ManagerInterface;
   private readonly objectManager: ObjectManagerInterface;
   private readonly machines = new Map<string, MachineInterface>();
+  private readonly judge = inboundJudge(
+    methodSignatures({
+      [MANAGER_INTERFACE]: ManagerInterface.prototype.memberTable,
+      [MACHINE_INTERFACE]: MachineInterface.prototype.memberTable,
+      [OBJECT_MANAGER_INTERFACE]: ObjectManagerInterface.prototype.memberTable,
+    }),
+  );
   private started = false;
   private nameOwned = false;
 
@@ -46,6 +55,7 @@ export class DBusService {
     // Without a listener, a reply written after disconnect raises an unhandled 'error' and kills us.
     this.bus.on('error', (err: unknown) => this.logger.warn('D-Bus connection error', { error: describeError(err) }));
     guardOutbound(this.bus, this.logger);
+    filterInbound(this.bus, this.judgeInbound, this.logger);
     this.manager = new ManagerInterface(this.api);
     this.objectManager = new ObjectManagerInterface(() => this.managedObjects());
   }
@@ -199,6 +209,9 @@ export class DBusService {
     }
     return undefined;
   }
+
+  /** Only while our objects are exported: a stopped service lets dbus-next answer as it would. */
+  private readonly judgeInbound: InboundJudge = (call) => (this.started ? this.judge(call) : undefined);
 
   // dbus-next assigns even read-only properties on Properties.Set: answer those calls ourselves.
   private readonly denyPropertySet = (msg: Message): boolean => {

@@ -141,7 +141,9 @@ describe('DBusService on a private session-like bus', () => {
     await call(ROOT, MANAGER, 'SetMachineAnnotations', 'sa{ss}', ['web-1', 1, 'owner', 'team-b']);
     const changed = await h.signals.waitFor((s) => s.member === 'PropertiesChanged' && s.path === WEB1);
     expect(changed.body[0]).toBe(MACHINE);
-    expect(changedProperties(changed)).toEqual({ Annotations: { owner: 'team-b' }, ResourceVersion: 2n });
+    // The Spec property shows the record's annotations: it changes with them (no stale copy).
+    expect(changedProperties(changed)).toEqual({ Annotations: { owner: 'team-b' }, Spec: expect.any(String), ResourceVersion: 2n });
+    expect(JSON.parse(changedProperties(changed).Spec as string).annotations).toEqual({ owner: 'team-b' });
     expect(await prop(WEB1, MACHINE, 'Annotations')).toEqual({ owner: 'team-b' });
   });
 
