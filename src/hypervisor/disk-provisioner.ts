@@ -20,8 +20,8 @@ const unsafePath = (file: string, why: string) => new AgentError('StorageFailure
 export class QemuImgDiskProvisioner implements DiskProvisioner {
   private readonly qemuImg: QemuImg;
 
-  constructor(opts: QemuImgOptions | { runner: QemuImg } = {}) {
-    this.qemuImg = 'runner' in opts ? opts.runner : new QemuImg(opts);
+  constructor(opts: QemuImgOptions = {}) {
+    this.qemuImg = new QemuImg(opts);
   }
 
   async createDisk(file: string, opts: { backingImage?: string; sizeGiB?: number }): Promise<void> {

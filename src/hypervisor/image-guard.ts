@@ -10,7 +10,7 @@ import type { QemuImg } from './qemu-img.js';
 // member of a disk image's backing chain inside the image directories.
 
 /** The parts of a spec that name files. */
-export type ImagePaths = Pick<MachineSpec, 'boot' | 'disks'>;
+export type ImagePaths = Partial<Pick<MachineSpec, 'boot' | 'disks'>>;
 
 /** Checks a spec's image paths against the file system; throws InvalidSpec naming the field. */
 export interface ImageChecker {
@@ -60,7 +60,7 @@ export class ImageGuard implements ImageChecker {
       await this.resolveFile(spec.boot.kernel, 'boot.kernel', 'it', dirs);
       if (spec.boot.initrd !== undefined) await this.resolveFile(spec.boot.initrd, 'boot.initrd', 'it', dirs);
     }
-    for (const [i, disk] of spec.disks.entries()) {
+    for (const [i, disk] of (spec.disks ?? []).entries()) {
       if (disk.image !== undefined) await this.checkChain(disk.image, `disks[${i}].image`, dirs);
     }
   }
