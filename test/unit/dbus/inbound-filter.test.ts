@@ -21,7 +21,7 @@ const judge = inboundJudge(methodSignatures({ [MANAGER]: ManagerInterface.protot
 let nextSerial = 1;
 function call(member: string, signature: string, body: unknown[], flags = 0): Buffer {
   const m = new Message({ type: MessageType.METHOD_CALL, path: '/org/vmkeeper1', interface: MANAGER, member, sender: ':1.7', destination: 'org.vmkeeper1', signature, body, flags });
-  m.serial = nextSerial++ as unknown as string; // dbus-next's typings call serials strings
+  m.serial = nextSerial++;
   return marshallMessage(m)[0];
 }
 
