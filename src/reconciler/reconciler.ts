@@ -147,7 +147,7 @@ export class Reconciler {
     const domain = observer.domain(record.domainName) ?? (await this.confirmMissing(record));
     const active = isDomainActive(domain.state);
     if (record.spec.power === 'on' && active) {
-      if (!this.running) return;
+      if (!this.running) return; // a pass that outlived stop() must not count as a sighting
       this.restarts.sawRunning(record.name);
       await this.setState(record.name, 'running');
     } else if (record.spec.power === 'on') {
