@@ -12,8 +12,9 @@ import {
 // Crash safety: the real agent on a private bus and a private real libvirtd (qemu driver), a
 // mixed stream of creates, power changes, annotation changes and deletes from a client, and
 // kill -9 at random moments (KILLS, default 50). After every restart the records on disk and on
-// the bus are checked against what the client saw acknowledged; at the end, once the agent has
-// settled, no domain or disk folder may be left without a record.
+// the bus are checked against what the client saw acknowledged (creates, deletes, SetMachinePower,
+// SetMachineAnnotations); at the end, once the agent has settled, no domain or disk folder may be
+// left without a record. One lane at a time acts on a machine, so "acknowledged last" is defined.
 //
 // Machines are created powered off (a domain is defined, a qcow2 disk created, nothing boots); a
 // few are powered on, which runs qemu with an empty disk (SeaBIOS idles, ignores ACPI), so power-off
@@ -63,6 +64,13 @@ describe.skipIf(!isRoot)('crash safety: kill -9 at random moments', () => {
     const goneAfterDelete = new Set<string>();
     const maybeExists = new Set<string>(); // creates in flight at a kill
     const poweredOn = new Set<string>();
+    // Per machine, what a restart may show: the last acknowledged value, plus any sent after it
+    // whose reply a kill cut (it may or may not have landed). '' = no "round" annotation.
+    const allowedPower = new Map<string, Set<string>>();
+    const allowedRound = new Map<string, Set<string>>();
+    const busy = new Set<string>(); // machines a lane is calling on right now
+    let powerChecks = 0;
+    let annotationChecks = 0;
     let serial = 0;
     let opsAcked = 0;
     let opsFailed = 0;
@@ -113,6 +121,18 @@ describe.skipIf(!isRoot)('crash safety: kill -9 at random moments', () => {
           if (again !== 0) expect(again, `${n}: DeletionTimestamp moved`).toBe(del);
         }
       }
+      for (const [n, [, , power]] of listed) {
+        if (deleteSent.has(n)) continue;
+        const round = ((await machineProp(client, n, 'Annotations')) as Record<string, string>).round ?? '';
+        const powers = allowedPower.get(n);
+        const rounds = allowedRound.get(n);
+        if (powers) expect([...powers], `${n}: acknowledged SetMachinePower lost over a restart (Power is ${power})`).toContain(power);
+        if (rounds) expect([...rounds], `${n}: acknowledged SetMachineAnnotations lost over a restart (round is "${round}")`).toContain(round);
+        powerChecks += powers ? 1 : 0;
+        annotationChecks += rounds ? 1 : 0;
+        allowedPower.set(n, new Set([power]));
+        allowedRound.set(n, new Set([round]));
+      }
       for (const n of deleteSent) if (!listed.has(n)) goneAfterDelete.add(n);
       for (const n of [...maybeExists]) {
         if (listed.has(n)) continue;
@@ -121,23 +141,42 @@ describe.skipIf(!isRoot)('crash safety: kill -9 at random moments', () => {
       for (const n of [...poweredOn]) if (!listed.has(n) || listed.get(n)![2] !== 'on') poweredOn.delete(n);
     }
 
+    /** Notes a call that changes one value: acknowledged, it is the only one allowed; cut, one more. */
+    function track(allowed: Map<string, Set<string>>, name: string, value: string, ok: boolean): void {
+      if (ok) allowed.set(name, new Set([value]));
+      else allowed.get(name)?.add(value);
+    }
+
     async function oneOp(): Promise<void> {
       const names = live();
+      const free = names.filter((n) => !busy.has(n));
       const r = random();
-      if (names.length < 3 || (r < 0.4 && names.length < MAX_LIVE)) {
+      if (names.length < 3 || free.length === 0 || (r < 0.4 && names.length < MAX_LIVE)) {
         const name = `c${SEED}-${serial++}`;
         maybeExists.add(name);
         const res = await manager(client, 'CreateMachine', 'ss', [name, spec(pick([0, 1, 2, 3]))], 20_000);
         if (res.ok) {
           ackedCreate.add(name);
           maybeExists.delete(name);
+          allowedPower.set(name, new Set(['off']));
+          allowedRound.set(name, new Set(['']));
           opsAcked++;
         } else noteFailure('CreateMachine', res.errorName, res.message);
         return;
       }
-      const name = pick(names);
+      const name = pick(free);
+      busy.add(name);
+      try {
+        await opOn(name, r);
+      } finally {
+        busy.delete(name);
+      }
+    }
+
+    async function opOn(name: string, r: number): Promise<void> {
       if (r < 0.5 && poweredOn.size < MAX_RUNNING) {
         const res = await manager(client, 'SetMachinePower', 'ss', [name, 'on'], 20_000);
+        track(allowedPower, name, 'on', res.ok);
         if (res.ok) {
           poweredOn.add(name);
           powerOns++;
@@ -145,12 +184,15 @@ describe.skipIf(!isRoot)('crash safety: kill -9 at random moments', () => {
         } else noteFailure('SetMachinePower', res.errorName, res.message);
       } else if (r < 0.62) {
         const res = await manager(client, 'SetMachinePower', 'ss', [name, 'off'], 20_000);
+        track(allowedPower, name, 'off', res.ok);
         if (res.ok) {
           poweredOn.delete(name);
           opsAcked++;
         } else noteFailure('SetMachinePower', res.errorName, res.message);
       } else if (r < 0.72) {
-        const res = await manager(client, 'SetMachineAnnotations', 'sa{ss}', [name, { round: String(serial++) }], 20_000);
+        const round = String(serial++);
+        const res = await manager(client, 'SetMachineAnnotations', 'sa{ss}', [name, { round }], 20_000);
+        track(allowedRound, name, round, res.ok);
         if (res.ok) opsAcked++;
         else noteFailure('SetMachineAnnotations', res.errorName, res.message);
       } else {
@@ -230,10 +272,12 @@ describe.skipIf(!isRoot)('crash safety: kill -9 at random moments', () => {
       `crash-safety: ${KILLS} kills (${killsDuringStartup} during start-up), ${opsAcked} acknowledged ops, ${opsFailed} failed at a kill, ` +
         `${tempsLeft} torn temp files cleaned at load, ` +
         `${ackedCreate.size} creates, ${powerOns} power-ons, ${ackedDelete.size} deletes, ${listed.size} machines at the end, ` +
+        `${powerChecks} Power and ${annotationChecks} Annotations checks after restarts, ` +
         `restart to answering p50=${restartMs[Math.floor(restartMs.length / 2)]!.toFixed(0)} ms max=${restartMs.at(-1)!.toFixed(0)} ms`,
     );
     expect(unexpected).toEqual([]);
     expect(ackedCreate.size).toBeGreaterThan(KILLS / 2);
     expect(ackedDelete.size).toBeGreaterThan(5);
+    expect(powerChecks, 'restarts checked acknowledged power changes').toBeGreaterThan(KILLS / 2);
   }, 900_000);
 });
