@@ -85,6 +85,7 @@ export class Agent {
     });
     this.sweeper = new Sweeper({
       ...loopParts,
+      ownership: this.ownership,
       sweepIntervalMs: m.sweepIntervalSec * 1000,
       shutdownRetryIntervalMs: m.shutdownRetryIntervalSec * 1000,
     });

@@ -6,10 +6,11 @@ import { Semaphore } from '../lifecycle/semaphore.js';
 import type { Logger } from '../logging/logger.js';
 import { describeError } from '../machine/errors.js';
 import { machineNameFromDomain } from '../machine/names.js';
-import { DOMAIN_FINALIZER, cloneRecord, isDeleting, isShuttingDown, type MachineRecord } from '../machine/record.js';
+import { DOMAIN_FINALIZER, cloneRecord, isDeleting, isShuttingDown, type MachineRecord, type MachineStatus } from '../machine/record.js';
 import { isDomainActive, type Hypervisor } from '../hypervisor/port.js';
 import type { DomainObserver, DomainSnapshot } from '../reconciler/domain-observer.js';
 import type { DomainProvisioner } from '../reconciler/domain-provisioner.js';
+import type { DomainOwnership } from '../reconciler/domain-ownership.js';
 import type { MachineRecords } from '../service/machine-records.js';
 import { nextShutdownStep } from './shutdown-step.js';
 
@@ -18,6 +19,8 @@ export interface SweeperOptions {
   hypervisor: Hypervisor;
   observer: () => DomainObserver;
   provisioner: DomainProvisioner;
+  /** Tells our domains from others under our names: the sweeper never touches a foreign one. */
+  ownership: Pick<DomainOwnership, 'check' | 'forget'>;
   clock: Clock;
   logger: Logger;
   machineLock: KeyedLock;
@@ -134,6 +137,8 @@ export class Sweeper {
 
   private async advance(record: MachineRecord): Promise<void> {
     const name = record.name;
+    const verdict = await this.o.ownership.check(record.domainName, record);
+    if (verdict.kind === 'foreign') return this.leaveForeignDomain(record, verdict.reason);
     const observed = this.o.observer().domain(record.domainName)?.state;
     // Confirm "off" with a fresh query before acting on it: the snapshot may be a poll old.
     const state = isDomainActive(observed) ? observed : await this.o.hypervisor.domainState(record.domainName);
@@ -211,12 +216,8 @@ export class Sweeper {
         r.status.state = 'terminated';
         return;
       }
+      clearShutdown(r.status);
       r.status.state = 'stopped';
-      r.status.shutdownRequestedAt = 0;
-      r.status.lastShutdownSentAt = 0;
-      r.status.forceStopAt = 0;
-      r.status.forceStoppedAt = 0;
-      r.status.gracePeriodSec = 0;
     });
     if (!updated || !seen || !isShuttingDown(seen)) return;
     const wentByItself = seen.status.shutdownRequestedAt > 0 && seen.status.forceStoppedAt === 0;
@@ -228,17 +229,55 @@ export class Sweeper {
     const announce = seen.status.state !== 'terminated' && seen.status.state !== 'stopped';
     if (announce && wentByItself) this.o.records.event(name, 'normal', 'ShutdownCompleted', 'guest shut down by itself');
     await this.o.hypervisor.undefineDomain(updated.domainName);
+    this.o.ownership.forget(updated.domainName); // a domain defined later under this name is checked afresh
+    await this.removeRecordAndFiles(name, 'domain, disks and record removed');
+  }
+
+  private async removeRecordAndFiles(name: string, deletedMessage: string): Promise<void> {
     await this.o.provisioner.removeFiles(name);
     await this.o.records.update(name, (r) => {
       r.finalizers = r.finalizers.filter((f) => f !== DOMAIN_FINALIZER);
     });
     await this.o.records.remove(name);
     this.untrack(name);
-    this.o.records.event(name, 'normal', 'Deleted', 'domain, disks and record removed');
+    this.o.records.event(name, 'normal', 'Deleted', deletedMessage);
+  }
+
+  /**
+   * A domain under this machine's name that is not ours (no mark, or another UUID) is never shut
+   * down, destroyed or undefined: a deletion removes only the record and the machine's files, a
+   * power-off ends with the machine in error, as the reconciler leaves it.
+   */
+  private async leaveForeignDomain(record: MachineRecord, reason: string): Promise<void> {
+    const name = record.name;
+    const message = `${reason}; the agent leaves it alone`;
+    let deleting = false;
+    await this.o.records.update(name, (r) => {
+      deleting = isDeleting(r);
+      if (deleting) return;
+      clearShutdown(r.status);
+      r.status.state = 'error';
+      r.status.message = message;
+    });
+    if (!deleting) {
+      this.o.records.event(name, 'warning', 'ForeignDomain', `${message}; the power-off changes nothing`);
+      return;
+    }
+    this.o.records.event(name, 'warning', 'ForeignDomain', `${message}; deleting only the record and the machine's files`);
+    await this.removeRecordAndFiles(name, 'record and files removed; the foreign domain was left untouched');
   }
 
   private schedule(name: string, at: number): void {
     if (!this.running) return;
     this.timers.set(name, at - this.o.clock.now(), () => void this.sweepMachine(name));
   }
+}
+
+/** The power-off is over (done, or given up): the sweeper lets go of the machine. */
+function clearShutdown(status: MachineStatus): void {
+  status.shutdownRequestedAt = 0;
+  status.lastShutdownSentAt = 0;
+  status.forceStopAt = 0;
+  status.forceStoppedAt = 0;
+  status.gracePeriodSec = 0;
 }
