@@ -1,9 +1,11 @@
 import { execFile } from 'node:child_process';
-import { chmod, mkdir, readdir, stat, symlink, utimes, writeFile } from 'node:fs/promises';
+import { randomUUID } from 'node:crypto';
+import { chmod, mkdir, readdir, readFile, stat, symlink, utimes, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { MANAGER_PATH as MANAGER } from '../../../src/machine/names.js';
+import { MANAGER_PATH as MANAGER, domainNameFor } from '../../../src/machine/names.js';
+import { startAgent } from '../../support/agent-process.js';
 import { dbusSend, ensureUserInGroup, type RunAs } from '../../support/busctl.js';
 import { startSystemBus } from '../../support/dbus-daemon.js';
 import { waitFor } from '../../support/wait.js';
@@ -121,5 +123,40 @@ describe.skipIf(!isRoot)('security: image paths from a member of group vmkeeper'
     const overlay = path.join(rig.opts.stateDir, 'guests', 'good', 'disk-root.qcow2');
     await waitFor(() => stat(overlay).then(() => true), { timeoutMs: 20_000, what: 'the overlay of the accepted image' });
     console.log(`image-paths: ${attacks.length} attacks refused; root's ListMachines max ${Math.max(...latencies).toFixed(0)} ms over ${latencies.length} calls`);
+  });
+
+  // Root editing the state dir (a restore, a hand edit): a record whose image path passes the
+  // text check but is a link to /etc/shadow. It is loaded, and never gets a disk or a domain.
+  it('never acts on a planted record whose image is a link to a host file', async () => {
+    const before = await hostState();
+    const machines = path.join(rig.opts.stateDir, 'machines');
+    const seed = JSON.parse(await readFile(path.join(machines, 'good.json'), 'utf8')) as Record<string, any>;
+    await rig.agent!.stop();
+    const planted = {
+      ...seed,
+      name: 'planted',
+      uuid: randomUUID(),
+      domainName: domainNameFor('planted'),
+      spec: { ...seed.spec, power: 'on', disks: [{ name: 'root', image: path.join(images, 'shadow') }] },
+      status: { ...seed.status, state: 'pending', message: '' },
+    };
+    await writeFile(path.join(machines, 'planted.json'), JSON.stringify(planted));
+    rig.agent = await startAgent(rig.opts);
+
+    const describe = async () => {
+      const out = await dbusSend(rig.bus.address, MANAGER, `${M}.DescribeMachine`, ['string:planted']);
+      return out.ok ? out.stdout : `${out.errorName}: ${out.message}`;
+    };
+    const refused = await waitFor(async () => /disks\[0\]\.image\W{1,4} it resolves to a path outside/.test(await describe()), {
+      timeoutMs: 20_000,
+      what: 'the planted record to be refused by the image check',
+    }).catch(async (err) => {
+      throw new Error(`${(err as Error).message}\nDescribe: ${await describe()}\n${rig.agent!.output().slice(-3000)}`);
+    });
+    expect(refused).toBe(true);
+    expect(await describe()).not.toMatch(/"state":"running"/);
+    await expect(stat(path.join(rig.opts.stateDir, 'guests', 'planted', 'disk-root.qcow2'))).rejects.toThrow(/ENOENT/);
+    expect(await hostState()).toEqual(before);
+    expect(rig.agent.child.exitCode).toBeNull();
   });
 });
