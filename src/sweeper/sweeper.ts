@@ -251,15 +251,17 @@ export class Sweeper {
   private async leaveForeignDomain(record: MachineRecord, reason: string): Promise<void> {
     const name = record.name;
     const message = `${reason}; the agent leaves it alone`;
-    let deleting = false;
+    let outcome: 'delete' | 'give up power-off' | 'nothing' = 'nothing';
     await this.o.records.update(name, (r) => {
-      deleting = isDeleting(r);
-      if (deleting) return;
+      if (isDeleting(r)) outcome = 'delete';
+      else if (isShuttingDown(r)) outcome = 'give up power-off';
+      if (outcome !== 'give up power-off') return;
       clearShutdown(r.status);
       r.status.state = 'error';
       r.status.message = message;
     });
-    if (!deleting) {
+    if (outcome === 'nothing') return; // powered on again meanwhile: the reconciler owns it now
+    if (outcome === 'give up power-off') {
       this.o.records.event(name, 'warning', 'ForeignDomain', `${message}; the power-off changes nothing`);
       return;
     }
