@@ -122,7 +122,7 @@ export class FileMachineStore implements MachineStore {
       try {
         await this.syncDir(what);
       } catch (err) {
-        await this.undoUnsyncedReplace(name, current, next, err as AgentError);
+        await this.undoUnsyncedChange(name, current, next, err as AgentError);
       }
       this.setRecord(name, freezeRecord(next));
       return next;
@@ -130,13 +130,20 @@ export class FileMachineStore implements MachineStore {
   }
 
   /**
-   * The rename is in the directory but not durable: a restart may see either record. Put the
-   * old one back (or remove a new file) durably, so the caller's StorageFailure is what a restart
-   * sees; if that fails too, memory follows what the directory holds now. Always throws `failure`.
+   * A rename or unlink is in the directory but not durable: a restart may see either version. Put
+   * the previous one back (rewrite it, or remove a new file) durably, so the caller's StorageFailure
+   * is what a restart sees; if that fails too, memory follows what the directory holds now.
+   * `changed` is what the directory holds after the failed change (undefined: the file was removed).
+   * Always throws.
    */
-  private async undoUnsyncedReplace(name: string, previous: MachineRecord | undefined, next: MachineRecord, failure: AgentError): Promise<never> {
+  private async undoUnsyncedChange(
+    name: string,
+    previous: MachineRecord | undefined,
+    changed: MachineRecord | undefined,
+    failure: AgentError,
+  ): Promise<never> {
     const file = this.fileOf(name);
-    let inDirectory: MachineRecord | undefined = next;
+    let inDirectory = changed;
     try {
       if (previous) await this.replaceFile(name, serialise(previous), `cannot restore ${file}`);
       else await this.fs.unlink(file);
@@ -144,7 +151,9 @@ export class FileMachineStore implements MachineStore {
       await this.syncDir(`cannot restore ${file}`);
     } catch (undoError) {
       this.setRecord(name, inDirectory && freezeRecord(inDirectory));
-      const now = inDirectory === next ? 'the new record stays' : 'the old record is back but may not survive a power cut';
+      const now = inDirectory !== changed
+        ? 'undone, but the undo may not survive a power cut'
+        : changed ? 'the new record stays' : 'the record stays removed';
       this.logger.error('cannot undo an unsynced record write; memory follows the directory', {
         file, resourceVersion: inDirectory?.resourceVersion ?? 0, outcome: now, error: describeError(undoError),
       });
@@ -164,14 +173,21 @@ export class FileMachineStore implements MachineStore {
     validateMachineName(name);
     return this.fileLock.run(name, async () => {
       const file = this.fileOf(name);
+      let removed = true;
       try {
         await this.fs.unlink(file);
       } catch (err) {
         if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw storageFailure(`cannot remove ${file}`, err);
+        removed = false;
       }
-      await this.syncDir(`cannot remove ${file}`);
-      this.records.delete(name);
-      this.sorted = undefined;
+      try {
+        await this.syncDir(`cannot remove ${file}`);
+      } catch (err) {
+        const current = this.records.get(name);
+        if (removed && current) await this.undoUnsyncedChange(name, current, undefined, err as AgentError);
+        throw err;
+      }
+      this.setRecord(name, undefined);
     });
   }
 

@@ -199,18 +199,4 @@ describe('FileMachineStore', () => {
       expect(await readdir(paths.dir)).toEqual(['vm.json']);
     });
   });
-
-  it('a failing directory fsync on remove keeps the record in memory; a retry completes', async () => {
-    const { store } = newStore();
-    await store.load();
-    await store.put(makeRecord('vm'));
-    const fs = (store as unknown as { fs: StoreFs }).fs;
-    const realFsync = fs.fsync;
-    fs.fsync = async () => Promise.reject(errnoError('EIO', 'fsync'));
-    await expect(store.remove('vm')).rejects.toMatchObject({ kind: 'StorageFailure' });
-    expect(store.get('vm')).toBeDefined();
-    fs.fsync = realFsync;
-    await store.remove('vm');
-    expect(store.get('vm')).toBeUndefined();
-  });
 });

@@ -93,9 +93,38 @@ describe('a directory fsync that fails after the rename', () => {
     const before = await store.put(makeRecord('vm'));
     failing = true;
     const err = await store.put({ ...before, annotations: { changed: 'yes' } }).catch((e: unknown) => e);
-    expect(err).toMatchObject({ kind: 'StorageFailure', message: expect.stringMatching(/the old record is back but may not survive a power cut\)$/) });
+    expect(err).toMatchObject({ kind: 'StorageFailure', message: expect.stringMatching(/undone, but the undo may not survive a power cut\)$/) });
     expect(store.get('vm')).toEqual(before);
     expect(await onDisk('vm')).toEqual(before);
     expect(logger.lines.filter((l) => l.level === 'error')).toHaveLength(1);
+  });
+});
+
+describe('a directory fsync that fails after removing a record', () => {
+  it('writes the record back: caller, memory and a restart still have it; a retry removes it', async () => {
+    let failures = 0;
+    const { store } = newTestStore(paths.dir, { fs: failingDirSync(() => failures-- > 0) });
+    await store.load();
+    const kept = await store.put(makeRecord('vm'));
+    failures = 1;
+    await expect(store.remove('vm')).rejects.toMatchObject({ kind: 'StorageFailure' });
+    expect(store.get('vm')).toEqual(kept);
+    expect(await onDisk('vm')).toEqual(kept);
+    expect(await restartSees('vm')).toEqual(kept);
+    await store.remove('vm');
+    expect(store.get('vm')).toBeUndefined();
+    expect(await restartSees('vm')).toBeUndefined();
+  });
+
+  it('when the write-back\'s fsync fails too, memory keeps the record now back in the directory, and the log says so', async () => {
+    let failing = false;
+    const { store, logger } = newTestStore(paths.dir, { fs: failingDirSync(() => failing) });
+    await store.load();
+    await store.put(makeRecord('vm'));
+    failing = true;
+    await expect(store.remove('vm')).rejects.toMatchObject({ message: expect.stringMatching(/undoing it failed too \(undone, but the undo may not survive a power cut\)$/) });
+    // The rewrite landed in the directory (only its fsync failed): memory has the record.
+    expect(store.get('vm')).toBeDefined();
+    expect(logger.lines.map((l) => l.level)).toEqual(['error']);
   });
 });
