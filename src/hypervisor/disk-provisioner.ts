@@ -60,6 +60,7 @@ export class QemuImgDiskProvisioner implements DiskProvisioner {
     await fs.mkdir(path.dirname(parent), { recursive: true });
     await makeRealDir(parent);
     await makeRealDir(dir);
+    await refuseForeignEntries(dir);
     // qemu runs as another user (libvirt-qemu) and must traverse guests/ and guests/<name>/ to
     // its disks and serial log (libvirt chowns the files, not their folders). 0711 lets it pass
     // without listing; chmod because the unit's UMask would strip the x bit from mkdir's mode.
@@ -101,6 +102,16 @@ async function makeRealDir(dir: string): Promise<void> {
   const stats = await fs.lstat(dir);
   if (stats.isSymbolicLink()) throw unsafePath(dir, 'it is a symbolic link');
   if (!stats.isDirectory()) throw unsafePath(dir, 'it is not a directory');
+}
+
+/**
+ * The agent makes only regular files in a machine folder; anything else (a link at serial.log,
+ * which libvirt would write through, or at a disk path) was planted, and the folder is refused.
+ */
+async function refuseForeignEntries(dir: string): Promise<void> {
+  for (const entry of await fs.readdir(dir, { withFileTypes: true })) {
+    if (!entry.isFile()) throw unsafePath(path.join(dir, entry.name), 'the agent made no such entry (not a regular file)');
+  }
 }
 
 /** chmod through a descriptor opened with O_NOFOLLOW, so a link swapped in is never changed. */
