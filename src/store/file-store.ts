@@ -154,7 +154,7 @@ export class FileMachineStore implements MachineStore {
       const now = inDirectory !== changed
         ? 'undone, but the undo may not survive a power cut'
         : changed ? 'the new record stays' : 'the record stays removed';
-      this.logger.error('cannot undo an unsynced record write; memory follows the directory', {
+      this.logger.error('cannot undo an unsynced record change; memory follows the directory', {
         file, resourceVersion: inDirectory?.resourceVersion ?? 0, outcome: now, error: describeError(undoError),
       });
       throw new AgentError('StorageFailure', `${failure.message}; undoing it failed too (${now})`, { cause: failure });

@@ -13,7 +13,9 @@ export interface LoadResult {
 
 /**
  * Persistent machine records. Writes are atomic and durable before they resolve; a write that
- * fails throws AgentError('StorageFailure') and leaves both memory and disk as they were.
+ * fails throws AgentError('StorageFailure') and leaves both memory and disk as they were. Only when
+ * undoing a half-done write fails too does it say so in the message, memory then holding what the
+ * directory holds (what a restart loads).
  */
 export interface MachineStore {
   /** Reads every record from disk; corrupt or foreign files are moved aside, never fatal. */

@@ -82,7 +82,7 @@ describe('a directory fsync that fails after the rename', () => {
     const now = store.get('vm')!;
     expect(now).toMatchObject({ resourceVersion: before.resourceVersion + 1, annotations: { changed: 'yes' } });
     expect(await onDisk('vm')).toEqual(now);
-    expect(logger.lines).toContainEqual(expect.objectContaining({ level: 'error', message: 'cannot undo an unsynced record write; memory follows the directory' }));
+    expect(logger.lines).toContainEqual(expect.objectContaining({ level: 'error', message: 'cannot undo an unsynced record change; memory follows the directory' }));
     expect(await readdir(paths.dir)).toEqual(['vm.json']);
   });
 
