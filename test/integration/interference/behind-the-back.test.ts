@@ -1,7 +1,7 @@
 import type { MessageBus } from 'dbus-next';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { closeClient, manager, openClient } from '../reliability/helpers.js';
-import { QemuRig } from '../../support/qemu-rig.js';
+import { QemuRig, type BusEvent } from '../../support/qemu-rig.js';
 import { waitFor } from '../../support/wait.js';
 
 // An operator acts behind the agent's back with virsh on real qemu guests: starts a machine whose
@@ -81,7 +81,11 @@ describe.skipIf(!isRoot)('changes made behind the agent\'s back on real qemu gue
     expect(startedOutside[2]).toBe('warning');
     // Back to off through the sweeper's graceful path: the button first.
     expect(await rig.reasons('off-1')).toContain('ShutdownRequested');
-    console.log(`behind the back: on-1 running again after ${onBackMs} ms, off-1 off again after ${offBackMs} ms `
+    const after = (e: BusEvent | undefined) => (e ? `${Math.round(Number(e[0]) / 1000 - t0)} ms` : 'never');
+    const restarted = (await rig.events('on-1')).filter((e) => e[3] === 'Started').at(-1);
+    console.log(`behind the back: StoppedOutsideAgent after ${after(stoppedOutside)}, Started after ${after(restarted)}, `
+      + `StartedOutsideAgent after ${after(startedOutside)}; `
+      + `on-1 running again after ${onBackMs} ms, off-1 off again after ${offBackMs} ms `
       + `(${(await rig.reasons('off-1')).includes('ForceStopped') ? 'forced at the deadline' : 'by the ACPI button'}); `
       + `${answers.calls} GetMachine calls, slowest ${Math.round(answers.slowestMs)} ms`);
   }, 90_000);
