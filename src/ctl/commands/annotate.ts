@@ -1,9 +1,17 @@
+import { annotationKeyProblem } from '../../machine/annotations.js';
 import { type Command, writeJson } from '../command.js';
-import { UsageError } from '../errors.js';
+import { CtlError, ExitCode, UsageError } from '../errors.js';
 
 export interface AnnotationChanges {
   set: Record<string, string>;
   remove: string[];
+}
+
+/** Checked here too: a key such as `__proto__` would otherwise vanish from the map before it is sent. */
+function checkedKey(key: string): string {
+  const problem = annotationKeyProblem(key);
+  if (problem) throw new CtlError(`annotation key ${JSON.stringify(key)}: ${problem}`, ExitCode.InvalidInput);
+  return key;
 }
 
 /** `key=value` sets, `key-` removes (as kubectl annotate does). */
@@ -11,7 +19,7 @@ export function parseAnnotationArgs(args: string[]): AnnotationChanges {
   const changes: AnnotationChanges = { set: {}, remove: [] };
   for (const arg of args) {
     const eq = arg.indexOf('=');
-    if (eq > 0) changes.set[arg.slice(0, eq)] = arg.slice(eq + 1);
+    if (eq > 0) changes.set[checkedKey(arg.slice(0, eq))] = arg.slice(eq + 1);
     else if (eq < 0 && arg.length > 1 && arg.endsWith('-')) changes.remove.push(arg.slice(0, -1));
     else throw new UsageError(`expected key=value or key- , not ${JSON.stringify(arg)}`, 'annotate');
   }

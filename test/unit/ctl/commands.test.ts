@@ -250,6 +250,9 @@ describe('annotate', () => {
     expect(parseAnnotationArgs(['a=1', 'b=', 'c-', 'url=http://x?y=z'])).toEqual({ set: { a: '1', b: '', url: 'http://x?y=z' }, remove: ['c'] });
     expect(() => parseAnnotationArgs(['-'])).toThrow(/expected key=value/);
     expect(() => parseAnnotationArgs(['plain'])).toThrow(/expected key=value/);
+    for (const key of ['__proto__', 'constructor', 'a/b/c']) {
+      expect(() => parseAnnotationArgs([`${key}=x`])).toThrow(expect.objectContaining({ exitCode: 4, message: expect.stringContaining(JSON.stringify(key)) }));
+    }
     expect(applyAnnotationChanges({ a: '1', b: '2', c: '3' }, { set: { a: 'x', d: '4' }, remove: ['b', 'nope'] })).toEqual({ a: 'x', c: '3', d: '4' });
   });
 
