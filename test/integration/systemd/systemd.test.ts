@@ -147,7 +147,9 @@ describe.skipIf(!isRoot)('vmkeeperd under systemd', () => {
       last = i;
     }
     expect(j).toMatch(/ACPI shutdown sent again to vmkeeper-ignore/);
-    expect(j).not.toMatch(/vmkeeperd\.service: (State 'stop-sigterm' timed out|Killing process|Failed)/);
+    // "Failed to kill control group ..., ignoring" is systemd's own complaint on hosts whose
+    // cgroup files refuse a write (it logs it for every unit, and goes on): not a failed stop.
+    expect(j).not.toMatch(/vmkeeperd\.service: (State 'stop-sigterm' timed out|Killing process|Failed(?! to kill control group))/);
     expect(tookMs).toBeLessThan(60_000);
     // No record was changed: power stays on, so the reconciler starts them after the reboot.
     for (const name of ['obey', 'ignore']) {
