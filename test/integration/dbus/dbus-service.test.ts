@@ -21,6 +21,7 @@ import { parseIntrospection } from '../../support/introspection.js';
 import { MemoryMachineApi } from '../../support/memory-machine-api.js';
 import { SignalRecorder, changedProperties } from '../../support/signals.js';
 import { waitFor } from '../../support/wait.js';
+import { captureLogger } from '../../unit/store/records.js';
 
 const ROOT = '/org/vmkeeper1';
 const MANAGER = 'org.vmkeeper1.Manager';
@@ -380,6 +381,34 @@ describe('DBusService when its connection goes away', () => {
       await service.stop();
       expect(api.listenerCount()).toBe(0);
     } finally {
+      await daemon.stop();
+    }
+  });
+});
+
+describe('DBusService with a record it cannot encode (e.g. a hand-edited state file)', () => {
+  it('answers Get(Annotations) with InternalError, leaves the machine out of GetManagedObjects, logs both', async () => {
+    const daemon = await startSessionBus();
+    const conn = await connectBus(daemon.address);
+    const logger = captureLogger();
+    const api = new MemoryMachineApi();
+    const service = new DBusService({ bus: conn, api, logger });
+    try {
+      await service.start();
+      await api.create('fine', SPEC);
+      await api.create('bad', SPEC);
+      // Past the API's validation, as a record loaded from a tampered file would be.
+      api.update('bad', (r) => void (r.annotations = { note: 'a\u0000b', other: '\uffff' }));
+      const annotations = await dbusSend(daemon.address, '/org/vmkeeper1/machine/bad', 'org.freedesktop.DBus.Properties.Get', [`string:${MACHINE}`, 'string:Annotations']);
+      expect(annotations.errorName).toBe('org.vmkeeper1.Error.InternalError');
+      const [objects] = (await busctlCall(daemon.address, ROOT, OBJECT_MANAGER, 'GetManagedObjects')).data as Record<string, unknown>[];
+      expect(Object.keys(objects!)).toEqual(['/org/vmkeeper1/machine/fine']);
+      expect(logger.lines.filter((l) => l.level === 'error').map((l) => l.message)).toEqual(
+        expect.arrayContaining([expect.stringMatching(/not sent/), expect.stringMatching(/left out of GetManagedObjects/)]),
+      );
+    } finally {
+      await service.stop();
+      conn.disconnect();
       await daemon.stop();
     }
   });
