@@ -82,7 +82,14 @@ export function filterInbound(bus: MessageBus, judge: InboundJudge, logger: Logg
       rest = whole;
       return fixed;
     }
-    const fields = readFields(whole, fixed[0]!, fieldsBytes);
+    let fields: Partial<Record<string, string>>;
+    try {
+      fields = readFields(whole, fixed[0]!, fieldsBytes);
+    } catch {
+      // The bus validates headers, so this does not happen; if it did, dbus-next decides as before.
+      rest = whole;
+      return fixed;
+    }
     const call: InboundCall = { ...fields, signature: fields.signature ?? '', bodyBytes };
     const refusal = judge(call);
     if (!refusal) {

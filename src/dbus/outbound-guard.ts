@@ -51,6 +51,7 @@ export function guardOutbound(bus: MessageBus, logger: Logger): void {
     }
   };
   bus.send = (msg: Message) => {
+    oneLineErrorText(msg);
     const problem = unmarshallableText(msg.body);
     if (problem) return refuse(msg, `a string ${problem}`);
     try {
@@ -60,6 +61,12 @@ export function guardOutbound(bus: MessageBus, logger: Logger): void {
       else refuse(msg, describeError(err));
     }
   };
+}
+
+/** dbus-next answers a handler that throws with its stack trace; callers get its first line only. */
+function oneLineErrorText(msg: Message): void {
+  const text: unknown = msg.type === MessageType.ERROR ? msg.body?.[0] : undefined;
+  if (typeof text === 'string' && text.includes('\n')) msg.body = [text.split('\n')[0]!.trim()];
 }
 
 function isClosed(bus: MessageBus): boolean {

@@ -63,6 +63,13 @@ describe('guardOutbound: no reply is ever dropped silently', () => {
     expect(unmarshallableText(sent[0]!.body)).toBeUndefined();
   });
 
+  it('cuts an error text to its first line (dbus-next appends stack traces)', () => {
+    const { bus, sent } = guardedBus();
+    const stack = 'Service error: The service threw an error.\nError: boom\n    at handler (/srv/x.js:1:2)';
+    bus.send(new Message({ type: MessageType.ERROR, replySerial: serial(4), destination: ':1.9', errorName: 'com.github.dbus_next.ServiceError', signature: 's', body: [stack] }));
+    expect(sent[0]!.body).toEqual(['Service error: The service threw an error.']);
+  });
+
   it('drops a signal it cannot encode with an error log (no caller to tell)', () => {
     const { bus, sent, logger } = guardedBus();
     bus.send(Message.newSignal('/org/vmkeeper1', 'org.vmkeeper1.Manager', 'MachineEvent', 's', ['\uffff']));
