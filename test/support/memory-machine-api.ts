@@ -2,7 +2,7 @@ import { EventEmitter } from 'node:events';
 import { randomUUID } from 'node:crypto';
 import { AgentError, machineExists, noSuchMachine } from '../../src/machine/errors.js';
 import { domainNameFor, validateMachineName } from '../../src/machine/names.js';
-import { DOMAIN_FINALIZER, RECORD_API_VERSION, cloneRecord, newStatus, type MachineRecord } from '../../src/machine/record.js';
+import { DOMAIN_FINALIZER, RECORD_API_VERSION, cloneRecord, newStatus, splitSpec, type MachineRecord } from '../../src/machine/record.js';
 import { DEFAULT_SPEC_LIMITS, parseAnnotations, parseMachineSpec, parsePower, type SpecLimits } from '../../src/machine/spec.js';
 import type { AgentEvent, MachineApi, MachineApiEvents, ManagerInfo } from '../../src/service/api.js';
 
@@ -94,7 +94,7 @@ export class MemoryMachineApi implements MachineApi {
   async create(name: string, specJson: string): Promise<MachineRecord> {
     this.fault('create');
     validateMachineName(name);
-    const spec = parseMachineSpec(specJson, this.limits);
+    const { spec, annotations } = splitSpec(parseMachineSpec(specJson, this.limits));
     if (this.records.has(name)) throw machineExists(name);
     const record: MachineRecord = {
       apiVersion: RECORD_API_VERSION,
@@ -106,7 +106,7 @@ export class MemoryMachineApi implements MachineApi {
       deletionGracePeriodSec: 0,
       resourceVersion: 1,
       finalizers: [DOMAIN_FINALIZER],
-      annotations: { ...spec.annotations },
+      annotations,
       spec,
       status: newStatus(),
     };
