@@ -13,7 +13,7 @@ import { MANAGER_INTERFACE, ManagerInterface, managerProperties } from './manage
 import { filterInbound, type InboundJudge } from './inbound-filter.js';
 import { inboundJudge, methodSignatures } from './inbound-policy.js';
 import { OBJECT_MANAGER_INTERFACE, ObjectManagerInterface, type ManagedObjects } from './object-manager.js';
-import { guardOutbound, unmarshallableText } from './outbound-guard.js';
+import { guardOutbound } from './outbound-guard.js';
 
 // Fronts a MachineApi on the bus: exports the manager and one object per machine, keeps them in
 // step with the api's events, and owns the well-known name.
@@ -190,13 +190,11 @@ export class DBusService {
   private managedObjects(): ManagedObjects {
     const objects: ManagedObjects = {};
     for (const iface of this.machines.values()) {
-      const properties = iface.variants();
-      const problem = unmarshallableText(properties);
-      if (problem) {
-        this.logger.error('machine left out of GetManagedObjects: a property cannot be encoded', { machine: iface.machineName, error: problem });
+      if (iface.encodingProblem) {
+        this.logger.error('machine left out of GetManagedObjects: a property cannot be encoded', { machine: iface.machineName, error: iface.encodingProblem });
         continue;
       }
-      objects[machineObjectPath(iface.machineName)] = { [MACHINE_INTERFACE]: properties };
+      objects[machineObjectPath(iface.machineName)] = { [MACHINE_INTERFACE]: iface.variants() };
     }
     return objects;
   }

@@ -1,4 +1,5 @@
 import { Variant, interface as dbusInterface } from 'dbus-next';
+import { unmarshallableText } from './outbound-guard.js';
 
 // Shared plumbing for our exported interfaces: read-only properties served from a snapshot,
 // PropertiesChanged only for values that really changed, and named arguments in Introspect.
@@ -76,11 +77,14 @@ interface IntrospectXml {
 export class SnapshotInterface extends dbusInterface.Interface {
   declare memberTable: MemberTable;
   values: PropertyValues = {};
+  /** Why the snapshot cannot go on the bus (checked once per change), or undefined. */
+  encodingProblem: string | undefined;
 
   /** Replaces the snapshot; emits PropertiesChanged (when `emit`) for the values that differ. */
   setValues(next: PropertyValues, emit = true): string[] {
     const changed = Object.keys(next).filter((k) => !sameValue(this.values[k], next[k]));
     this.values = next;
+    this.encodingProblem = unmarshallableText(next);
     if (emit && changed.length > 0) {
       dbusInterface.Interface.emitPropertiesChanged(this, Object.fromEntries(changed.map((k) => [k, next[k]])), []);
     }

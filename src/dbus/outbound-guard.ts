@@ -13,9 +13,15 @@ export function unmarshallableText(value: unknown): string | undefined {
   if (typeof value === 'string') return wireTextProblem(value);
   if (value instanceof Variant) return unmarshallableText(value.value);
   if (Buffer.isBuffer(value) || typeof value !== 'object' || value === null) return undefined;
-  const items = Array.isArray(value) ? value : Object.entries(value).flat();
-  for (const item of items) {
-    const problem = unmarshallableText(item);
+  if (Array.isArray(value)) {
+    for (const item of value) {
+      const problem = unmarshallableText(item);
+      if (problem) return problem;
+    }
+    return undefined;
+  }
+  for (const key of Object.keys(value)) {
+    const problem = wireTextProblem(key) ?? unmarshallableText((value as Record<string, unknown>)[key]);
     if (problem) return problem;
   }
   return undefined;

@@ -12,6 +12,8 @@ const NONCHARACTER = new RegExp(
 );
 /** In unicode mode a surrogate range matches only surrogates that are not part of a pair. */
 const LONE_SURROGATE = /[\u{D800}-\u{DFFF}]/u;
+/** Any code unit that can start a problem: a quick test that nearly every string passes at once. */
+const SUSPECT = /[\u0000\ud800-\udfff\ufdd0-\ufdef\ufffe\uffff]/;
 /** C0 controls, DEL and C1 controls. */
 const CONTROL = /[\u0000-\u001f\u007f-\u009f]/;
 /** The same, except tab and newline, which multi-line free text needs. */
@@ -22,6 +24,7 @@ const CONTROL_EXCEPT_TAB_NEWLINE = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/;
  * UTF-8 (a lone surrogate has no UTF-8 form) and no noncharacters.
  */
 export function wireTextProblem(s: string): string | undefined {
+  if (!SUSPECT.test(s)) return undefined;
   if (s.includes('\u0000')) return 'must not contain NUL';
   if (LONE_SURROGATE.test(s)) return 'must be valid UTF-8 (no lone surrogates)';
   if (NONCHARACTER.test(s)) return 'must not contain Unicode noncharacters (U+FDD0-U+FDEF, U+xFFFE, U+xFFFF)';
