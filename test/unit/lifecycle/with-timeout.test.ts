@@ -36,10 +36,11 @@ describe('withTimeout', () => {
   it('a call that settles after the timeout changes nothing (no late value, no unhandled rejection)', async () => {
     const clock = new FakeClock();
     const call = deferred<string>();
-    const bounded = withTimeout(clock, 10, () => call.promise, timedOut);
+    // The expectation is attached before the timeout fires, so a rejection is never left unhandled.
+    const bounded = expect(withTimeout(clock, 10, () => call.promise, timedOut)).rejects.toThrow('timed out');
     await clock.advance(10);
     call.reject(new Error('too late'));
-    await expect(bounded).rejects.toThrow('timed out');
+    await bounded;
   });
 
   it('builds the timeout error only when the timeout fires', async () => {
