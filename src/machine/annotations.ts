@@ -66,3 +66,27 @@ export function parseAnnotations(v: unknown, field = 'annotations'): Annotations
   }
   return out;
 }
+
+/**
+ * For records written before the grammar was tightened: keeps the entries that meet it (within
+ * the count and size bounds) and counts the rest, so an upgrade drops a stale annotation instead
+ * of quarantining the whole machine. `v` must already be a plain object.
+ */
+export function keepValidAnnotations(v: object): { kept: Annotations; dropped: number } {
+  const kept = emptyAnnotations();
+  let dropped = 0;
+  let count = 0;
+  let bytes = 0;
+  for (const [key, value] of Object.entries(v)) {
+    const size = typeof value === 'string' ? Buffer.byteLength(key, 'utf8') + Buffer.byteLength(value, 'utf8') : 0;
+    const valid = typeof value === 'string' && !annotationKeyProblem(key) && !textProblem(key) && !textProblem(value, true);
+    if (!valid || count === MAX_ANNOTATIONS || bytes + size > MAX_ANNOTATIONS_BYTES) {
+      dropped++;
+      continue;
+    }
+    kept[key] = value;
+    count++;
+    bytes += size;
+  }
+  return { kept, dropped };
+}

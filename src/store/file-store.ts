@@ -248,7 +248,8 @@ export class FileMachineStore implements MachineStore {
     let reason: string;
     try {
       const text = await this.fs.readRegularFile(full, MAX_RECORD_BYTES);
-      return { record: this.validator.parse(text, file.slice(0, -'.json'.length)) };
+      const warn = (repaired: string) => this.logger.warn('repaired a machine record on load', { file: full, repaired });
+      return { record: this.validator.parse(text, file.slice(0, -'.json'.length), warn) };
     } catch (err) {
       // Unreadable (EIO, a FIFO, a link) or invalid: set it aside, keep starting.
       reason = quarantineReason(err);

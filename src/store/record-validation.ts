@@ -1,7 +1,8 @@
 import { isAgentError } from '../machine/errors.js';
 import { domainNameFor, validateMachineName } from '../machine/names.js';
 import { type MachineRecord, RECORD_API_VERSION } from '../machine/record.js';
-import { type SpecLimits, parseAnnotations, validateMachineSpec } from '../machine/spec.js';
+import { type SpecLimits, validateMachineSpec } from '../machine/spec.js';
+import { keepValidAnnotations } from '../machine/annotations.js';
 import { jsonErrorOffset } from './json-error-offset.js';
 
 // A record read back from disk is checked exactly as the API checks a new one (name, derived
@@ -43,9 +44,10 @@ export class StoredRecordValidator {
 
   /**
    * Returns the record, or throws InvalidStoredRecord whose message is the reason to quarantine it.
-   * expectedName is the file's base name: a record must live in its own file.
+   * expectedName is the file's base name: a record must live in its own file. warn hears what was
+   * repaired on the way in (annotations dropped), never the content.
    */
-  parse(text: string, expectedName: string): MachineRecord {
+  parse(text: string, expectedName: string, warn: (message: string) => void = () => {}): MachineRecord {
     let raw: unknown;
     try {
       raw = JSON.parse(text);
@@ -69,12 +71,10 @@ export class StoredRecordValidator {
     need(typeof r.uuid === 'string' && UUID.test(r.uuid), 'uuid', 'must be a UUID');
     for (const k of ['createdAt', 'deletionTimestamp', 'deletionGracePeriodSec', 'resourceVersion']) num(r, k, '');
     need(strings(r.finalizers), 'finalizers', 'must be a list of strings');
-    let annotations: Record<string, string>;
-    try {
-      annotations = parseAnnotations(r.annotations);
-    } catch (err) {
-      throw specReason(err, '');
-    }
+    need(isObject(r.annotations), 'annotations', 'must be an object');
+    // An annotation that no longer meets the grammar is dropped, not the machine.
+    const { kept: annotations, dropped } = keepValidAnnotations(r.annotations as Json);
+    if (dropped > 0) warn(`annotations: dropped ${dropped} that do not meet the annotation grammar (docs/dbus-api.md)`);
     return { ...(r as unknown as MachineRecord), annotations, spec: this.spec(r.spec), status: status(r.status) };
   }
 
