@@ -66,10 +66,18 @@ function configYaml(o: AgentContainerOptions): string {
   ].join('\n');
 }
 
-export async function bootAgentContainer(o: AgentContainerOptions): Promise<AgentContainer> {
+/**
+ * Builds what every boot shares (the Debian root with libvirt, the guest images): minutes on a
+ * fresh machine, so a suite calls it in beforeAll, never inside a test's own timeout.
+ */
+export async function prepareAgentContainers(): Promise<string> {
   await buildTree();
   await ensureGuestImages();
-  const baseRoot = await ensureDebianRoot({ extraPackages: SYSTEMD_TEST_PACKAGES });
+  return ensureDebianRoot({ extraPackages: SYSTEMD_TEST_PACKAGES });
+}
+
+export async function bootAgentContainer(o: AgentContainerOptions): Promise<AgentContainer> {
+  const baseRoot = await prepareAgentContainers();
   const read = (p: string) => fs.readFile(path.join(REPO_ROOT, p), 'utf8');
   // libvirt's qemu capability probe (~7 s) is cached across boots of the same base root.
   const libvirtCache = path.join(NSPAWN_CACHE_DIR, 'libvirt-cache');

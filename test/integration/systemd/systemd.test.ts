@@ -1,8 +1,8 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { waitFor } from '../../support/wait.js';
-import { bootAgentContainer, isRoot, type AgentContainer } from './container.js';
+import { bootAgentContainer, isRoot, prepareAgentContainers, type AgentContainer } from './container.js';
 
 // vmkeeperd under real systemd (nspawn-booted Debian 12, libvirt + TCG qemu inside). Root only.
 // Warm cache: ~2 s per boot; the guest test boots two real guests (~10 s under TCG).
@@ -23,6 +23,9 @@ async function maskLibvirtGuests(x: AgentContainer) {
 }
 
 describe.skipIf(!isRoot)('vmkeeperd under systemd', () => {
+  // On a fresh machine the first boot would build the Debian root inside a test's timeout.
+  beforeAll(() => prepareAgentContainers(), 900_000);
+
   it('systemctl start returns only after READY: store loaded, libvirt connected, bus name owned', async () => {
     a = await bootAgentContainer({ name: 'vmk-ready' });
     const r = await a.c.exec(['systemctl', 'start', 'vmkeeperd'], { timeoutMs: 60_000 });
