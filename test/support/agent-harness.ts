@@ -1,9 +1,9 @@
 import { Agent } from '../../src/agent.js';
 import { defaultConfig, type Config } from '../../src/config/config.js';
-import { FakeClock, flushMicrotasks } from '../../src/lifecycle/fake-clock.js';
+import { FakeClock, flushMicrotasks } from './fakes/fake-clock.js';
 import { silentLogger } from '../../src/logging/logger.js';
-import { FakeHypervisor, type GuestBehaviour } from '../../src/hypervisor/fake/fake-hypervisor.js';
-import { FakeDiskProvisioner } from '../../src/hypervisor/fake/fake-disks.js';
+import { FakeHypervisor, type GuestBehaviour } from './fakes/fake-hypervisor.js';
+import { FakeDiskProvisioner } from './fakes/fake-disks.js';
 import { domainNameFor } from '../../src/machine/names.js';
 import { MemoryStore } from './memory-store.js';
 

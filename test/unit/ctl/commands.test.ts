@@ -4,7 +4,7 @@ import { applyAnnotationChanges, parseAnnotationArgs } from '../../../src/ctl/co
 import { COMMANDS } from '../../../src/ctl/commands/index.js';
 import { CtlError } from '../../../src/ctl/errors.js';
 import { captureIo } from '../../../src/ctl/io.js';
-import { FakeClock, flushMicrotasks } from '../../../src/lifecycle/fake-clock.js';
+import { FakeClock, flushMicrotasks } from '../../support/fakes/fake-clock.js';
 import { DBusError } from 'dbus-next';
 import { FakeClient, machine } from './fake-client.js';
 
