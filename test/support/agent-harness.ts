@@ -14,12 +14,14 @@ export interface HarnessOptions {
   behaviour?: GuestBehaviour;
   shutdownDelayMs?: number;
   config?: (c: Config) => void;
+  /** Where the fake clock starts, in milliseconds since the epoch. */
+  clockStartMs?: number;
 }
 
 export const SPEC = JSON.stringify({ cpus: 1, memoryMiB: 128, disks: [{ name: 'root', sizeGiB: 1 }] });
 
 export class Harness {
-  readonly clock = new FakeClock();
+  readonly clock: FakeClock;
   readonly hv: FakeHypervisor;
   readonly disks = new FakeDiskProvisioner();
   readonly store = new MemoryStore();
@@ -27,6 +29,7 @@ export class Harness {
   agent: Agent;
 
   constructor(opts: HarnessOptions = {}) {
+    this.clock = new FakeClock(opts.clockStartMs);
     this.hv = new FakeHypervisor({ clock: this.clock, defaultBehaviour: opts.behaviour ?? 'obey', shutdownDelayMs: opts.shutdownDelayMs ?? 2000 });
     this.config = defaultConfig();
     this.config.stateDir = '/state';
