@@ -1,9 +1,9 @@
 import { Agent } from '../../src/agent.js';
 import { defaultConfig, type Config } from '../../src/config/config.js';
-import { FakeClock, flushMicrotasks } from '../../src/lifecycle/fake-clock.js';
+import { FakeClock, flushMicrotasks } from './fakes/fake-clock.js';
 import { silentLogger } from '../../src/logging/logger.js';
-import { FakeHypervisor, type GuestBehaviour } from '../../src/hypervisor/fake/fake-hypervisor.js';
-import { FakeDiskProvisioner } from '../../src/hypervisor/fake/fake-disks.js';
+import { FakeHypervisor, type GuestBehaviour } from './fakes/fake-hypervisor.js';
+import { FakeDiskProvisioner } from './fakes/fake-disks.js';
 import { domainNameFor } from '../../src/machine/names.js';
 import { MemoryStore } from './memory-store.js';
 
@@ -14,12 +14,14 @@ export interface HarnessOptions {
   behaviour?: GuestBehaviour;
   shutdownDelayMs?: number;
   config?: (c: Config) => void;
+  /** Where the fake clock starts, in milliseconds since the epoch. */
+  clockStartMs?: number;
 }
 
 export const SPEC = JSON.stringify({ cpus: 1, memoryMiB: 128, disks: [{ name: 'root', sizeGiB: 1 }] });
 
 export class Harness {
-  readonly clock = new FakeClock();
+  readonly clock: FakeClock;
   readonly hv: FakeHypervisor;
   readonly disks = new FakeDiskProvisioner();
   readonly store = new MemoryStore();
@@ -27,6 +29,7 @@ export class Harness {
   agent: Agent;
 
   constructor(opts: HarnessOptions = {}) {
+    this.clock = new FakeClock(opts.clockStartMs);
     this.hv = new FakeHypervisor({ clock: this.clock, defaultBehaviour: opts.behaviour ?? 'obey', shutdownDelayMs: opts.shutdownDelayMs ?? 2000 });
     this.config = defaultConfig();
     this.config.stateDir = '/state';

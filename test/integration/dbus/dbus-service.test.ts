@@ -6,6 +6,7 @@ import { connectBus } from '../../../src/dbus/bus-address.js';
 import { DBusService } from '../../../src/dbus/dbus-service.js';
 import { silentLogger } from '../../../src/logging/logger.js';
 import { AgentError } from '../../../src/machine/errors.js';
+import { VERSION } from '../../../src/version.js';
 import {
   BusctlError,
   NOBODY,
@@ -18,7 +19,8 @@ import {
 } from '../../support/busctl.js';
 import { PROJECT_ROOT, startSessionBus, startSystemBus, type PrivateBus } from '../../support/dbus-daemon.js';
 import { parseIntrospection } from '../../support/introspection.js';
-import { MemoryMachineApi } from '../../support/memory-machine-api.js';
+import { Harness as AgentCore } from '../../support/agent-harness.js';
+import { countSubscriptions, failNextCall } from '../../support/api-probes.js';
 import { SignalRecorder, changedProperties } from '../../support/signals.js';
 import { waitFor } from '../../support/wait.js';
 import { captureLogger } from '../../unit/store/records.js';
@@ -32,30 +34,49 @@ const SPEC = JSON.stringify({ cpus: 1, memoryMiB: 256, disks: [{ name: 'root', s
 // Past 2^32 ms and with sub-second digits, so a 32-bit or seconds-based conversion would show.
 const T0 = 1_767_225_600_123;
 
+/**
+ * The real agent core (MachineService, reconciler, sweeper) on the fake hypervisor, an in-memory
+ * store and a fake clock that starts at T0: deadlines only pass when a test moves the clock. ACPI
+ * requests are ignored, so a guest stays up until its deadline and nothing moves on its own.
+ */
+async function startCore(): Promise<AgentCore> {
+  return new AgentCore({
+    behaviour: 'ignore',
+    clockStartMs: T0,
+    config: (c) => {
+      c.libvirt.uri = 'test:///default';
+      c.machines.sweepIntervalSec = 5;
+      c.machines.shutdownRetryIntervalSec = 10;
+    },
+  }).start();
+}
+
 interface Harness {
   daemon: PrivateBus;
   conn: MessageBus;
-  api: MemoryMachineApi;
+  core: AgentCore;
   service: DBusService;
   signals: SignalRecorder;
-  clock: { now: number };
+  /** Listeners the D-Bus edge holds on the core's service. */
+  subscriptions: () => number;
 }
 
 async function startHarness(kind: 'session' | 'system'): Promise<Harness> {
   const daemon = kind === 'session' ? await startSessionBus() : await startSystemBus();
   const conn = await connectBus(daemon.address);
-  const clock = { now: T0 };
-  const api = new MemoryMachineApi({ now: () => clock.now });
-  const service = new DBusService({ bus: conn, api, logger: silentLogger });
+  const core = await startCore();
+  const subscriptions = countSubscriptions(core.service);
+  const service = new DBusService({ bus: conn, api: core.service, logger: silentLogger });
   await service.start();
   const signals = await SignalRecorder.open(daemon.address);
-  return { daemon, conn, api, service, signals, clock };
+  return { daemon, conn, core, service, signals, subscriptions };
 }
 
 async function stopHarness(h: Harness | undefined): Promise<void> {
   if (!h) return;
   h.signals.close();
   await h.service.stop();
+  await h.core.agent.stop();
   h.conn.disconnect();
   await h.daemon.stop();
 }
@@ -76,7 +97,7 @@ describe('DBusService on a private session-like bus', () => {
     const all = await call(ROOT, 'org.freedesktop.DBus.Properties', 'GetAll', 's', [MANAGER]);
     expect(all.data).toEqual([
       {
-        Version: { type: 's', data: '0.1.0-test' },
+        Version: { type: 's', data: VERSION },
         State: { type: 's', data: 'running' },
         LibvirtUri: { type: 's', data: 'test:///default' },
         LibvirtConnected: { type: 'b', data: true },
@@ -86,7 +107,7 @@ describe('DBusService on a private session-like bus', () => {
         HostShutdownTimeoutSec: { type: 'u', data: 120 },
       },
     ]);
-    expect(await prop(ROOT, MANAGER, 'Version')).toBe('0.1.0-test');
+    expect(await prop(ROOT, MANAGER, 'Version')).toBe(VERSION);
   });
 
   it('creates a machine: escaped path, MachineNew and InterfacesAdded, 64-bit timestamps', async () => {
@@ -99,12 +120,14 @@ describe('DBusService on a private session-like bus', () => {
     const props = (added.body[1] as Record<string, Record<string, { value: unknown }>>)[MACHINE]!;
     expect(props.Name!.value).toBe('web-1');
     expect(props.CreatedAt!.value).toBe(BigInt(T0) * 1000n);
+    expect(props.State!.value).toBe('pending');
+    expect(props.ResourceVersion!.value).toBe(1n);
     const machineNew = await h.signals.waitFor((s) => s.member === 'MachineNew');
     expect(machineNew).toMatchObject({ path: ROOT, interface: MANAGER, body: ['web-1', WEB1] });
 
     expect(await prop(WEB1, MACHINE, 'Name')).toBe('web-1');
     expect(await prop(WEB1, MACHINE, 'DomainName')).toBe('vmkeeper-web-1');
-    expect(await prop(WEB1, MACHINE, 'State')).toBe('pending');
+    expect(await prop(WEB1, MACHINE, 'State')).toBe('running'); // the reconciler started the domain
     expect(await prop(WEB1, MACHINE, 'Power')).toBe('on');
     expect(await prop(WEB1, MACHINE, 'Uuid')).toMatch(/^[0-9a-f-]{36}$/);
     const createdAt = await busctl(h.daemon.address, ['get-property', 'org.vmkeeper1', WEB1, MACHINE, 'CreatedAt']);
@@ -112,7 +135,7 @@ describe('DBusService on a private session-like bus', () => {
     expect(await prop(WEB1, MACHINE, 'DeletionTimestamp')).toBe(0);
     expect(await prop(WEB1, MACHINE, 'ForceStopAt')).toBe(0);
     expect(await prop(WEB1, MACHINE, 'GracePeriodSec')).toBe(60);
-    expect(await prop(WEB1, MACHINE, 'ResourceVersion')).toBe(1);
+    expect(await prop(WEB1, MACHINE, 'ResourceVersion')).toBe(h.core.service.get('web-1').resourceVersion);
     expect(JSON.parse((await prop(WEB1, MACHINE, 'Spec')) as string)).toMatchObject({ cpus: 1, memoryMiB: 256 });
   });
 
@@ -121,12 +144,12 @@ describe('DBusService on a private session-like bus', () => {
     await call(ROOT, MANAGER, 'CreateMachine', 'ss', ['app', SPEC]);
     expect((await call(ROOT, MANAGER, 'ListMachines')).data).toEqual([
       [
-        ['app', 'pending', 'on', '/org/vmkeeper1/machine/app'],
-        ['web-1', 'pending', 'on', WEB1],
+        ['app', 'running', 'on', '/org/vmkeeper1/machine/app'],
+        ['web-1', 'running', 'on', WEB1],
       ],
     ]);
     const [described] = (await call(ROOT, MANAGER, 'DescribeMachine', 's', ['web-1'])).data as string[];
-    expect(JSON.parse(described!)).toMatchObject({ metadata: { name: 'web-1' }, status: { state: 'pending' } });
+    expect(JSON.parse(described!)).toMatchObject({ metadata: { name: 'web-1' }, status: { state: 'running' } });
     const [own] = (await call(WEB1, MACHINE, 'Describe')).data as string[];
     expect(JSON.parse(own!)).toMatchObject({ metadata: { name: 'web-1', createdAt: new Date(T0).toISOString() } });
   });
@@ -139,50 +162,65 @@ describe('DBusService on a private session-like bus', () => {
   });
 
   it('SetMachineAnnotations emits PropertiesChanged with only what changed', async () => {
+    const version = h.core.service.get('web-1').resourceVersion;
     await call(ROOT, MANAGER, 'SetMachineAnnotations', 'sa{ss}', ['web-1', 1, 'owner', 'team-b']);
     const changed = await h.signals.waitFor((s) => s.member === 'PropertiesChanged' && s.path === WEB1);
     expect(changed.body[0]).toBe(MACHINE);
     // The Spec property shows the record's annotations: it changes with them (no stale copy).
-    expect(changedProperties(changed)).toEqual({ Annotations: { owner: 'team-b' }, Spec: expect.any(String), ResourceVersion: 2n });
+    expect(changedProperties(changed)).toEqual({ Annotations: { owner: 'team-b' }, Spec: expect.any(String), ResourceVersion: BigInt(version + 1) });
     expect(JSON.parse(changedProperties(changed).Spec as string).annotations).toEqual({ owner: 'team-b' });
     expect(await prop(WEB1, MACHINE, 'Annotations')).toEqual({ owner: 'team-b' });
   });
 
   it('SetMachinePower and Machine.SetPower change State and Power', async () => {
+    const version = h.core.service.get('web-1').resourceVersion;
     await call(ROOT, MANAGER, 'SetMachinePower', 'ss', ['web-1', 'off']);
     const off = await h.signals.waitFor((s) => s.member === 'PropertiesChanged' && s.path === WEB1);
-    expect(changedProperties(off)).toEqual({ State: 'stopped', Power: 'off', Spec: expect.any(String), ResourceVersion: 3n });
+    expect(changedProperties(off)).toEqual({
+      State: 'stopping',
+      Power: 'off',
+      Spec: expect.any(String),
+      ResourceVersion: BigInt(version + 1),
+      ForceStopAt: BigInt(T0 + 60_000) * 1000n,
+    });
     await call(WEB1, MACHINE, 'SetPower', 's', ['on']);
     await waitFor(async () => (await prop(WEB1, MACHINE, 'Power')) === 'on', { what: 'power on' });
   });
 
   it('deletion sets the timestamps, records events and emits MachineEvent', async () => {
-    h.clock.now = T0 + 5000;
+    await h.core.advance(5000);
+    h.signals.clear();
     await call(ROOT, MANAGER, 'DeleteMachineWithGracePeriod', 'su', ['web-1', 30]);
     const changed = await h.signals.waitFor((s) => s.member === 'PropertiesChanged' && s.path === WEB1);
     expect(changedProperties(changed)).toMatchObject({
       State: 'terminating',
       DeletionTimestamp: BigInt(T0 + 5000) * 1000n,
-      ShutdownRequestedAt: BigInt(T0 + 5000) * 1000n,
       ForceStopAt: BigInt(T0 + 35_000) * 1000n,
-      GracePeriodSec: 30,
     });
+    // The sweeper presses the power button right after the service marked the record; from then
+    // on GracePeriodSec is the grace of the shutdown in progress (docs/dbus-api.md).
+    const pressed = await h.signals.waitFor((s) => s.member === 'PropertiesChanged' && s.path === WEB1 && 'ShutdownRequestedAt' in changedProperties(s));
+    expect(changedProperties(pressed)).toMatchObject({ ShutdownRequestedAt: BigInt(T0 + 5000) * 1000n, GracePeriodSec: 30 });
     const event = await h.signals.waitFor((s) => s.member === 'MachineEvent');
-    expect(event.body).toEqual([BigInt(T0 + 5000) * 1000n, 'web-1', 'normal', 'ShutdownRequested', 'deleting web-1, grace 30s']);
+    expect(event.body).toEqual([BigInt(T0 + 5000) * 1000n, 'web-1', 'normal', 'DeletionRequested', 'deletion requested with a grace period of 30s']);
     const events = await busctl(h.daemon.address, ['call', 'org.vmkeeper1', ROOT, MANAGER, 'ListEvents']);
-    expect(events.stdout.trim()).toBe(`a(tssss) 1 ${T0 + 5000}000 "web-1" "normal" "ShutdownRequested" "deleting web-1, grace 30s"`);
+    const all = h.core.service.events();
+    const line = all.map((e) => `${e.timestamp}000 "${e.machine}" "${e.type}" "${e.reason}" "${e.message}"`).join(' ');
+    expect(events.stdout.trim()).toBe(`a(tssss) ${all.length} ${line}`); // exact: JSON numbers could round
+    expect(events.stdout).toContain(`${T0 + 5000}000 "web-1" "normal" "DeletionRequested" "deletion requested with a grace period of 30s"`);
 
     // Deleting again never moves the deadline, and Machine.Delete reaches the same api.
     h.signals.clear();
     await call(ROOT, MANAGER, 'DeleteMachine', 's', ['web-1']);
     await call(WEB1, MACHINE, 'Delete');
     expect(await prop(WEB1, MACHINE, 'ForceStopAt')).toBe((T0 + 35_000) * 1000);
-    await call(WEB1, MACHINE, 'DeleteWithGracePeriod', 'u', [0]);
-    await waitFor(async () => (await prop(WEB1, MACHINE, 'ForceStopAt')) === (T0 + 5000) * 1000, { what: 'deadline shortened' });
   });
 
   it('a finished deletion unexports the object with MachineRemoved and InterfacesRemoved', async () => {
-    h.api.finishDelete('web-1');
+    // A grace of 0 moves the deadline to now: the sweeper destroys the domain and removes the record.
+    await call(WEB1, MACHINE, 'DeleteWithGracePeriod', 'u', [0]);
+    const shortened = await h.signals.waitFor((s) => s.member === 'PropertiesChanged' && s.path === WEB1 && 'ForceStopAt' in changedProperties(s));
+    expect(changedProperties(shortened).ForceStopAt).toBe(BigInt(T0 + 5000) * 1000n);
     const removed = await h.signals.waitFor((s) => s.member === 'InterfacesRemoved');
     expect(removed).toMatchObject({ path: ROOT, body: [WEB1, [MACHINE]] });
     const machineRemoved = await h.signals.waitFor((s) => s.member === 'MachineRemoved');
@@ -190,16 +228,18 @@ describe('DBusService on a private session-like bus', () => {
     await expect(busctlGetProperty(h.daemon.address, WEB1, MACHINE, 'Name')).rejects.toBeInstanceOf(BusctlError);
     const [objects] = (await call(ROOT, OBJECT_MANAGER, 'GetManagedObjects')).data as Record<string, unknown>[];
     expect(Object.keys(objects!)).toEqual(['/org/vmkeeper1/machine/app']);
-    expect(h.signals.find('MachineEvent').map((s) => s.body[3])).toEqual(['Deleted']);
+    expect(h.signals.find('MachineEvent').map((s) => s.body[3])).toEqual(['ForceStopped', 'Deleted']);
   });
 
   it('Manager properties emit PropertiesChanged only for values that changed', async () => {
-    h.api.setInfo({ state: 'degraded', libvirtConnected: false, version: '0.1.0-test' });
+    h.core.hv.setAvailable(false);
+    await h.core.advance(1000); // the observer's next poll
     const changed = await h.signals.waitFor((s) => s.member === 'PropertiesChanged' && s.path === ROOT);
     expect(changed.body[0]).toBe(MANAGER);
     expect(changedProperties(changed)).toEqual({ State: 'degraded', LibvirtConnected: false });
     expect(await prop(ROOT, MANAGER, 'State')).toBe('degraded');
-    h.api.setInfo({ state: 'running', libvirtConnected: true });
+    h.core.hv.setAvailable(true);
+    await h.core.advanceUntil(() => h.core.service.info().libvirtConnected);
   });
 
   it.each([
@@ -216,20 +256,20 @@ describe('DBusService on a private session-like bus', () => {
   });
 
   it('maps errors the api throws, including NotSupported, on both interfaces', async () => {
-    h.api.failNext('setPower', new AgentError('NotSupported', 'power control is not implemented yet'));
+    failNextCall(h.core.service, 'setPower', new AgentError('NotSupported', 'power control is not implemented yet'));
     const outcome = await dbusSend(h.daemon.address, '/org/vmkeeper1/machine/app', `${MACHINE}.SetPower`, ['string:off']);
     expect(outcome).toMatchObject({ errorName: 'org.freedesktop.DBus.Error.NotSupported', message: 'power control is not implemented yet' });
-    h.api.failNext('get', new AgentError('HypervisorUnavailable', 'libvirt is down'));
+    failNextCall(h.core.service, 'get', new AgentError('HypervisorUnavailable', 'libvirt is down'));
     const described = await dbusSend(h.daemon.address, '/org/vmkeeper1/machine/app', `${MACHINE}.Describe`);
     expect(described.errorName).toBe('org.vmkeeper1.Error.HypervisorUnavailable');
   });
 
   it('a non-AgentError becomes org.freedesktop.DBus.Error.Failed with one line and no stack', async () => {
     const boom = new TypeError("Cannot read properties of undefined (reading 'status')");
-    h.api.failNext('list', boom);
+    failNextCall(h.core.service, 'list', boom);
     const outcome = await dbusSend(h.daemon.address, ROOT, `${MANAGER}.ListMachines`);
     expect(outcome).toMatchObject({ errorName: 'org.freedesktop.DBus.Error.Failed', message: boom.message });
-    h.api.failNext('events', new Error('first line\n    at secret (/srv/app/src/x.ts:1:1)'));
+    failNextCall(h.core.service, 'events', new Error('first line\n    at secret (/srv/app/src/x.ts:1:1)'));
     const viaBusctl = await busctl(h.daemon.address, ['call', 'org.vmkeeper1', ROOT, MANAGER, 'ListEvents']);
     expect(viaBusctl.code).not.toBe(0);
     expect(viaBusctl.stderr.trim()).toBe('Call failed: first line');
@@ -270,17 +310,19 @@ describe('DBusService on a private session-like bus', () => {
 
   it('refuses to start a second owner of the name and leaves the first one serving', async () => {
     const conn2 = await connectBus(h.daemon.address);
-    const api2 = new MemoryMachineApi();
-    const second = new DBusService({ bus: conn2, api: api2, logger: silentLogger });
+    const core2 = await startCore();
+    const subscriptions2 = countSubscriptions(core2.service);
+    const second = new DBusService({ bus: conn2, api: core2.service, logger: silentLogger });
     await expect(second.start()).rejects.toThrow(/org\.vmkeeper1 is already owned/);
-    expect(api2.listenerCount()).toBe(0);
+    expect(subscriptions2()).toBe(0);
     conn2.disconnect();
+    await core2.agent.stop();
     expect((await call(ROOT, MANAGER, 'GetMachine', 's', ['app'])).data).toEqual(['/org/vmkeeper1/machine/app']);
   });
 
   it('stop() releases the name and unsubscribes; start() again serves existing machines', async () => {
     await h.service.stop();
-    expect(h.api.listenerCount()).toBe(0);
+    expect(h.subscriptions()).toBe(0);
     const owner = await busctl(h.daemon.address, ['status', 'org.vmkeeper1']);
     expect(owner.code).not.toBe(0);
     await h.service.start();
@@ -334,8 +376,8 @@ describe('bus policy on a private system-like bus', () => {
   });
 
   it('nobody changed nothing', async () => {
-    expect(h.api.get('app')).toMatchObject({ deletionTimestamp: 0, annotations: {}, spec: { power: 'on' } });
-    expect(h.api.records.has('other')).toBe(false);
+    expect(h.core.service.get('app')).toMatchObject({ deletionTimestamp: 0, annotations: {}, spec: { power: 'on' } });
+    expect(h.core.exists('other')).toBe(false);
   });
 
   it('the same user without the vmkeeper group is denied', async () => {
@@ -349,9 +391,9 @@ describe('bus policy on a private system-like bus', () => {
     await busctlCall(h.daemon.address, ROOT, MANAGER, 'SetMachineAnnotations', 'sa{ss}', ['app', 1, 'by', 'member'], { as: member });
     await busctlCall(h.daemon.address, ROOT, MANAGER, 'CreateMachine', 'ss', ['other', SPEC], { as: member });
     await busctlCall(h.daemon.address, APP, MACHINE, 'Delete', '', [], { as: member });
-    expect(h.api.get('app')).toMatchObject({ annotations: { by: 'member' }, spec: { power: 'off' } });
-    expect(h.api.get('app').deletionTimestamp).toBeGreaterThan(0);
-    expect(h.api.records.has('other')).toBe(true);
+    expect(h.core.service.get('app')).toMatchObject({ annotations: { by: 'member' }, spec: { power: 'off' } });
+    expect(h.core.service.get('app').deletionTimestamp).toBeGreaterThan(0);
+    expect(h.core.exists('other')).toBe(true);
   });
 });
 
@@ -363,7 +405,9 @@ describe('DBusService when its connection goes away', () => {
       let release!: () => void;
       const held = new Promise<void>((resolve) => (release = resolve));
       let entered = false;
-      const api = new MemoryMachineApi();
+      const core = await startCore();
+      const api = core.service;
+      const subscriptions = countSubscriptions(api);
       const create = api.create.bind(api);
       api.create = async (name, spec) => {
         entered = true;
@@ -377,9 +421,10 @@ describe('DBusService when its connection goes away', () => {
       conn.disconnect();
       release();
       expect(await pending).toBeInstanceOf(BusctlError);
-      await waitFor(() => api.records.has('late'), { what: 'the api to finish' });
+      await waitFor(() => core.exists('late'), { what: 'the api to finish' });
       await service.stop();
-      expect(api.listenerCount()).toBe(0);
+      expect(subscriptions()).toBe(0);
+      await core.agent.stop();
     } finally {
       await daemon.stop();
     }
@@ -391,14 +436,15 @@ describe('DBusService with a record it cannot encode (e.g. a hand-edited state f
     const daemon = await startSessionBus();
     const conn = await connectBus(daemon.address);
     const logger = captureLogger();
-    const api = new MemoryMachineApi();
+    const core = await startCore();
+    const api = core.service;
     const service = new DBusService({ bus: conn, api, logger });
     try {
       await service.start();
       await api.create('fine', SPEC);
       await api.create('bad', SPEC);
       // Past the API's validation, as a record loaded from a tampered file would be.
-      api.update('bad', (r) => void (r.annotations = { note: 'a\u0000b', other: '\uffff' }));
+      await core.agent.records.update('bad', (r) => void (r.annotations = { note: 'a\u0000b', other: '\uffff' }));
       const annotations = await dbusSend(daemon.address, '/org/vmkeeper1/machine/bad', 'org.freedesktop.DBus.Properties.Get', [`string:${MACHINE}`, 'string:Annotations']);
       expect(annotations.errorName).toBe('org.vmkeeper1.Error.InternalError');
       const [objects] = (await busctlCall(daemon.address, ROOT, OBJECT_MANAGER, 'GetManagedObjects')).data as Record<string, unknown>[];
@@ -408,6 +454,7 @@ describe('DBusService with a record it cannot encode (e.g. a hand-edited state f
       );
     } finally {
       await service.stop();
+      await core.agent.stop();
       conn.disconnect();
       await daemon.stop();
     }

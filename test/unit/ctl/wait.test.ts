@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { runCli } from '../../../src/ctl/cli.js';
 import { captureIo } from '../../../src/ctl/io.js';
 import type { AgentSignal } from '../../../src/ctl/model.js';
-import { FakeClock, flushMicrotasks } from '../../../src/lifecycle/fake-clock.js';
+import { FakeClock, flushMicrotasks } from '../../support/fakes/fake-clock.js';
 import { FakeClient, machine } from './fake-client.js';
 
 // --wait on a fake agent and a fake clock: every second of a countdown without sleeping.

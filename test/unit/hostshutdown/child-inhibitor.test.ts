@@ -2,7 +2,7 @@ import { EventEmitter } from 'node:events';
 import { describe, expect, it } from 'vitest';
 import { inhibitWithChild, InhibitorNotConfirmedError, type InhibitChild, type InhibitorEntry } from '../../../src/hostshutdown/child-inhibitor.js';
 import type { InhibitorLock } from '../../../src/hostshutdown/host-platform.js';
-import { FakeClock, flushMicrotasks } from '../../../src/lifecycle/fake-clock.js';
+import { FakeClock, flushMicrotasks } from '../../support/fakes/fake-clock.js';
 import { capturingLogger } from './fake-platform.js';
 
 /** A systemd-inhibit child that lives until killed, or exits when told to. */

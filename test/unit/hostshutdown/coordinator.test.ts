@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { HostShutdownCoordinator, type HostShutdownProgress } from '../../../src/hostshutdown/coordinator.js';
-import { FakeHypervisor, type GuestBehaviour } from '../../../src/hypervisor/fake/fake-hypervisor.js';
-import { FakeClock } from '../../../src/lifecycle/fake-clock.js';
+import { FakeHypervisor, type GuestBehaviour } from '../../support/fakes/fake-hypervisor.js';
+import { FakeClock } from '../../support/fakes/fake-clock.js';
 import { silentLogger } from '../../../src/logging/logger.js';
 
 async function setup(guests: Record<string, GuestBehaviour>, opts: { shutdownDelayMs?: number; parallelism?: number } = {}) {

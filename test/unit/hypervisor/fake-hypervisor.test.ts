@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { FakeDiskProvisioner } from '../../../src/hypervisor/fake/fake-disks.js';
-import { FakeHypervisor, type GuestBehaviour } from '../../../src/hypervisor/fake/fake-hypervisor.js';
-import { FakeClock, flushMicrotasks } from '../../../src/lifecycle/fake-clock.js';
+import { FakeDiskProvisioner } from '../../support/fakes/fake-disks.js';
+import { FakeHypervisor, type GuestBehaviour } from '../../support/fakes/fake-hypervisor.js';
+import { FakeClock, flushMicrotasks } from '../../support/fakes/fake-clock.js';
 import { isAgentError } from '../../../src/machine/errors.js';
 import { definitionFor, runHypervisorContract } from '../../contract/hypervisor-contract.js';
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { FakeClock, flushMicrotasks } from '../../../src/lifecycle/fake-clock.js';
+import { FakeClock, flushMicrotasks } from '../../support/fakes/fake-clock.js';
 import { PeriodicTask } from '../../../src/lifecycle/timers.js';
 import { deferred } from './deferred.js';
 

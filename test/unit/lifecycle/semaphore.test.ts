@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { flushMicrotasks } from '../../../src/lifecycle/fake-clock.js';
+import { flushMicrotasks } from '../../support/fakes/fake-clock.js';
 import { Semaphore } from '../../../src/lifecycle/semaphore.js';
 import { deferred } from './deferred.js';
 

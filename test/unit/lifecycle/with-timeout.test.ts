@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { FakeClock } from '../../../src/lifecycle/fake-clock.js';
+import { FakeClock } from '../../support/fakes/fake-clock.js';
 import { withTimeout } from '../../../src/lifecycle/with-timeout.js';
 import { deferred } from './deferred.js';
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { FakeClock } from '../../../src/lifecycle/fake-clock.js';
+import { FakeClock } from '../../support/fakes/fake-clock.js';
 import { silentLogger } from '../../../src/logging/logger.js';
 import { notifierFrom } from '../../../src/systemd/notifier.js';
 import { Watchdog, assessHealth, healthThresholds } from '../../../src/systemd/watchdog.js';

@@ -1,10 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import { DomainState, type Hypervisor as NativeHypervisor } from '@unraid/libvirt';
-import { BoundedCalls, CallQueueTimeoutError, CallTimeoutError, withCallTimeout } from '../../../src/hypervisor/libvirt/call-timeout.js';
-import { LibvirtHypervisor } from '../../../src/hypervisor/libvirt/libvirt-hypervisor.js';
-import { FakeClock, flushMicrotasks } from '../../../src/lifecycle/fake-clock.js';
-import { silentLogger } from '../../../src/logging/logger.js';
-import { isAgentError } from '../../../src/machine/errors.js';
+import { BoundedCalls, CallQueueTimeoutError, CallTimeoutError, withCallTimeout } from '../../../../src/hypervisor/libvirt/call-timeout.js';
+import { LibvirtHypervisor } from '../../../../src/hypervisor/libvirt/libvirt-hypervisor.js';
+import { FakeClock, flushMicrotasks } from '../../../support/fakes/fake-clock.js';
+import { silentLogger } from '../../../../src/logging/logger.js';
+import { isAgentError } from '../../../../src/machine/errors.js';
 
 const never = () => new Promise<never>(() => {});
 

@@ -1,12 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import { runCli } from '../../../src/ctl/cli.js';
-import { applyAnnotationChanges, parseAnnotationArgs } from '../../../src/ctl/commands/annotate.js';
-import { COMMANDS } from '../../../src/ctl/commands/index.js';
-import { CtlError } from '../../../src/ctl/errors.js';
-import { captureIo } from '../../../src/ctl/io.js';
-import { FakeClock, flushMicrotasks } from '../../../src/lifecycle/fake-clock.js';
+import { runCli } from '../../../../src/ctl/cli.js';
+import { applyAnnotationChanges, parseAnnotationArgs } from '../../../../src/ctl/commands/annotate.js';
+import { COMMANDS } from '../../../../src/ctl/commands/index.js';
+import { CtlError } from '../../../../src/ctl/errors.js';
+import { captureIo } from '../../../../src/ctl/io.js';
+import { FakeClock, flushMicrotasks } from '../../../support/fakes/fake-clock.js';
 import { DBusError } from 'dbus-next';
-import { FakeClient, machine } from './fake-client.js';
+import { FakeClient, machine } from '../fake-client.js';
 
 // Each command on a fake client: output, --json, exit codes. The real agent is in test/integration/ctl.
 

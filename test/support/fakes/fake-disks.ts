@@ -1,4 +1,4 @@
-import type { DiskProvisioner } from '../port.js';
+import type { DiskProvisioner } from '../../../src/hypervisor/port.js';
 
 // Records disk work instead of running qemu-img, for unit tests.
 

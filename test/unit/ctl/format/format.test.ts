@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { stateStyle, styles, useColor } from '../../../src/ctl/format/style.js';
-import { fitWidths, formatTable, truncate } from '../../../src/ctl/format/table.js';
-import { formatAge, formatCountdown, formatDuration, formatTimestamp } from '../../../src/ctl/format/time.js';
+import { stateStyle, styles, useColor } from '../../../../src/ctl/format/style.js';
+import { fitWidths, formatTable, truncate } from '../../../../src/ctl/format/table.js';
+import { formatAge, formatCountdown, formatDuration, formatTimestamp } from '../../../../src/ctl/format/time.js';
 
 describe('formatTable', () => {
   const rows = [

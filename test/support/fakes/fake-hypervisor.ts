@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto';
-import { systemClock, type Clock, type TimerHandle } from '../../lifecycle/clock.js';
-import { AgentError } from '../../machine/errors.js';
-import { DOMAIN_NAME_PREFIX } from '../../machine/names.js';
-import type { DomainDefinition, DomainRunState, DomainSummary, Hypervisor } from '../port.js';
+import { systemClock, type Clock, type TimerHandle } from '../../../src/lifecycle/clock.js';
+import { AgentError } from '../../../src/machine/errors.js';
+import { DOMAIN_NAME_PREFIX } from '../../../src/machine/names.js';
+import type { DomainDefinition, DomainRunState, DomainSummary, Hypervisor } from '../../../src/hypervisor/port.js';
 
 // An in-memory hypervisor for unit tests, with guests that obey, ignore or hang on shutdown and
 // hooks to inject failures. Same idempotency rules as the libvirt adapter (see the contract tests).
