@@ -9,9 +9,9 @@ import { machineNameFromDomain } from '../machine/names.js';
 import { isShuttingDown, type MachineRecord, type MachineState } from '../machine/record.js';
 import { isDomainActive, type DomainSummary, type Hypervisor } from '../hypervisor/port.js';
 import type { MachineRecords } from '../service/machine-records.js';
-import type { DomainObserver, DomainSnapshot } from './domain-observer.js';
-import type { DomainOwnership } from './domain-ownership.js';
-import type { DomainProvisioner } from './domain-provisioner.js';
+import type { DomainObserver, DomainSnapshot } from '../domains/domain-observer.js';
+import type { DomainOwnership } from '../domains/domain-ownership.js';
+import type { DomainProvisioner } from '../domains/domain-provisioner.js';
 import { OrphanReporter } from './orphan-reporter.js';
 import { RestartSchedule } from './restart-schedule.js';
 
