@@ -53,7 +53,7 @@ export class Agent {
     this.records = new MachineRecords(store, events, emitter);
     const machineLock = new KeyedLock();
     const provisioner = new DomainProvisioner(hypervisor, disks, config.stateDir, parts.images);
-    this.ownership = new DomainOwnership(hypervisor, (xml) => provisioner.isOurs(xml));
+    this.ownership = new DomainOwnership(hypervisor);
     const m = config.machines;
     this.service = new MachineService({
       records: this.records,

@@ -167,7 +167,7 @@ export class Reconciler {
     const state = await this.o.hypervisor.domainState(record.domainName);
     if (state !== undefined) return { name: record.domainName, state };
     await this.o.provisioner.define(record);
-    this.o.ownership.defined(record.domainName, record.uuid);
+    this.o.ownership.defined(record.domainName, record.uuid, record.name);
     this.o.observer().noteState(record.domainName, 'shutoff');
     if (record.status.domainDefined) {
       this.o.records.event(record.name, 'warning', 'DomainUndefined',
