@@ -14,9 +14,9 @@ import type { MachineApiEvents } from './service/api.js';
 import { EventLog } from './service/event-log.js';
 import { MachineRecords } from './service/machine-records.js';
 import { MachineService } from './service/machine-service.js';
-import { DomainObserver } from './reconciler/domain-observer.js';
-import { DomainProvisioner } from './reconciler/domain-provisioner.js';
-import { DomainOwnership } from './reconciler/domain-ownership.js';
+import { DomainObserver } from './domains/domain-observer.js';
+import { DomainProvisioner } from './domains/domain-provisioner.js';
+import { DomainOwnership } from './domains/domain-ownership.js';
 import { Reconciler } from './reconciler/reconciler.js';
 import { Sweeper } from './sweeper/sweeper.js';
 
@@ -53,7 +53,7 @@ export class Agent {
     this.records = new MachineRecords(store, events, emitter);
     const machineLock = new KeyedLock();
     const provisioner = new DomainProvisioner(hypervisor, disks, config.stateDir, parts.images);
-    this.ownership = new DomainOwnership(hypervisor, (xml) => provisioner.isOurs(xml));
+    this.ownership = new DomainOwnership(hypervisor);
     const m = config.machines;
     this.service = new MachineService({
       records: this.records,

@@ -4,11 +4,13 @@ import type { Logger } from '../logging/logger.js';
 import { describeError } from '../machine/errors.js';
 import { isDomainActive, type Hypervisor } from '../hypervisor/port.js';
 import { withCallTimeout } from '../hypervisor/libvirt/call-timeout.js';
+import { decideShutdownStep, type ShutdownStep } from '../domains/shutdown-policy.js';
 
 // Host shutdown: every running guest of ours gets an ACPI shutdown at once (bounded
 // parallelism), again every retry interval, and whatever still runs at the deadline is
-// destroyed. No machine record is touched: power stays "on", so after the reboot the reconciler
-// starts the guests again. Every wait goes through the Clock.
+// destroyed: the sweeper's shutdown policy, applied to all guests as one. No machine record is
+// touched: power stays "on", so after the reboot the reconciler starts the guests again. Every
+// wait goes through the Clock.
 
 export interface HostShutdownOptions {
   hypervisor: Hypervisor;
@@ -138,6 +140,9 @@ export class HostShutdownCoordinator {
 
     await sendAll(false);
     let lastSentAt = clock.now();
+    // Every guest was asked at once, so one progress stands for all of them.
+    const nextStep = (): ShutdownStep => decideShutdownStep(
+      { asked: true, lastSentAt, forceStopAt: deadlineAt, destroyUnasked: false }, true, clock.now(), this.o.retryIntervalMs);
     for (;;) {
       await markOff();
       progress();
@@ -146,14 +151,16 @@ export class HostShutdownCoordinator {
         logger.warn(`host shutdown called off: ${pending.size} guests keep running`);
         break;
       }
-      const now = clock.now();
-      if (now >= deadlineAt) break;
-      if (now - lastSentAt >= this.o.retryIntervalMs) {
+      let step = nextStep();
+      if (step.kind === 'force') break;
+      if (step.kind === 'retry') {
         await sendAll(true);
         lastSentAt = clock.now();
+        step = nextStep();
       }
-      const nextRetry = lastSentAt + this.o.retryIntervalMs;
-      await clock.sleep(Math.max(1, Math.min(this.pollMs, deadlineAt - clock.now(), nextRetry - clock.now())), this.o.signal).catch(() => undefined);
+      // Past a step's time (a slow send), look again in a millisecond.
+      const until = step.kind === 'wait' ? step.until : clock.now();
+      await clock.sleep(Math.max(1, Math.min(this.pollMs, until - clock.now())), this.o.signal).catch(() => undefined);
     }
 
     if (pending.size > 0 && !this.o.signal?.aborted) {

@@ -15,11 +15,35 @@ export interface DomainSummary {
   state: DomainRunState;
 }
 
-export interface DomainDefinition {
-  name: string;
+/**
+ * A domain as the agent wants it, in the core's terms; the adapter turns it into its own format
+ * (libvirt: domain XML with the vmkeeper mark) and nothing of that format leaks back out.
+ */
+export interface DomainDescription {
+  domainName: string;
   uuid: string;
-  /** Full libvirt domain XML. */
-  xml: string;
+  /** The machine the domain belongs to: the adapter marks the domain with it. */
+  machineName: string;
+  domainType: 'kvm' | 'qemu';
+  cpus: number;
+  memoryMiB: number;
+  /** Direct kernel boot; without it the guest boots from its first disk. */
+  boot?: { kernel: string; initrd?: string; cmdline?: string };
+  /** qcow2 files in guest order (the first is the boot disk). */
+  diskFiles: string[];
+  nics: DomainNic[];
+  /** Where the serial console is written. */
+  serialLogFile: string;
+  /** Milliseconds since the epoch, from the machine record. */
+  createdAt: number;
+}
+
+export type DomainNic = { network: string } | { bridge: string };
+
+/** Who a domain says it belongs to. machineName undefined: it carries no vmkeeper mark. */
+export interface DomainIdentity {
+  uuid: string;
+  machineName: string | undefined;
 }
 
 export interface Hypervisor {
@@ -31,7 +55,7 @@ export interface Hypervisor {
   /** All domains whose names carry the agent's prefix, with their states: one cheap listing. */
   listDomains(): Promise<DomainSummary[]>;
   /** Defines (or redefines) a persistent domain; returns its UUID. */
-  defineDomain(def: DomainDefinition): Promise<string>;
+  defineDomain(description: DomainDescription): Promise<string>;
   /** Starts a defined domain; a running domain counts as started. */
   startDomain(name: string): Promise<void>;
   /** Asks the guest to shut down (ACPI power button). Not found or shut off counts as done. */
@@ -42,8 +66,8 @@ export interface Hypervisor {
   undefineDomain(name: string): Promise<void>;
   /** One domain's state, fresh from libvirt; undefined when not found. */
   domainState(name: string): Promise<DomainRunState | undefined>;
-  /** The live XML, for adoption checks (is this domain ours?). Undefined when not found. */
-  domainXml(name: string): Promise<string | undefined>;
+  /** The live definition's UUID and vmkeeper mark, for adoption checks (is this domain ours?). Undefined when not found. */
+  domainIdentity(name: string): Promise<DomainIdentity | undefined>;
 }
 
 /** Creates and removes the disk files a machine owns (overlays and empty disks). */

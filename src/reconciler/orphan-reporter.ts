@@ -1,5 +1,5 @@
 import { machineNameFromDomain } from '../machine/names.js';
-import type { DomainSnapshot } from './domain-observer.js';
+import type { DomainSnapshot } from '../domains/domain-observer.js';
 
 export interface OrphanReporterOptions {
   hasRecord: (domainName: string) => boolean;

@@ -9,9 +9,9 @@ import { machineNameFromDomain } from '../machine/names.js';
 import { isShuttingDown, type MachineRecord, type MachineState } from '../machine/record.js';
 import { isDomainActive, type DomainSummary, type Hypervisor } from '../hypervisor/port.js';
 import type { MachineRecords } from '../service/machine-records.js';
-import type { DomainObserver, DomainSnapshot } from './domain-observer.js';
-import type { DomainOwnership } from './domain-ownership.js';
-import type { DomainProvisioner } from './domain-provisioner.js';
+import type { DomainObserver, DomainSnapshot } from '../domains/domain-observer.js';
+import type { DomainOwnership } from '../domains/domain-ownership.js';
+import type { DomainProvisioner } from '../domains/domain-provisioner.js';
 import { OrphanReporter } from './orphan-reporter.js';
 import { RestartSchedule } from './restart-schedule.js';
 
@@ -167,7 +167,7 @@ export class Reconciler {
     const state = await this.o.hypervisor.domainState(record.domainName);
     if (state !== undefined) return { name: record.domainName, state };
     await this.o.provisioner.define(record);
-    this.o.ownership.defined(record.domainName, record.uuid);
+    this.o.ownership.defined(record.domainName, record.uuid, record.name);
     this.o.observer().noteState(record.domainName, 'shutoff');
     if (record.status.domainDefined) {
       this.o.records.event(record.name, 'warning', 'DomainUndefined',

@@ -8,9 +8,9 @@ import { describeError } from '../machine/errors.js';
 import { machineNameFromDomain } from '../machine/names.js';
 import { DOMAIN_FINALIZER, cloneRecord, isDeleting, isShuttingDown, type MachineRecord, type MachineStatus } from '../machine/record.js';
 import { isDomainActive, type Hypervisor } from '../hypervisor/port.js';
-import type { DomainObserver, DomainSnapshot } from '../reconciler/domain-observer.js';
-import type { DomainProvisioner } from '../reconciler/domain-provisioner.js';
-import type { DomainOwnership } from '../reconciler/domain-ownership.js';
+import type { DomainObserver, DomainSnapshot } from '../domains/domain-observer.js';
+import type { DomainProvisioner } from '../domains/domain-provisioner.js';
+import type { DomainOwnership } from '../domains/domain-ownership.js';
 import type { MachineRecords } from '../service/machine-records.js';
 import { nextShutdownStep } from './shutdown-step.js';
 

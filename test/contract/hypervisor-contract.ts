@@ -1,9 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { buildDomainXml, isOurDomainXml } from '../../src/hypervisor/domain-xml.js';
-import type { DomainDefinition, Hypervisor } from '../../src/hypervisor/port.js';
+import type { DomainDescription, Hypervisor } from '../../src/hypervisor/port.js';
 import { domainNameFor } from '../../src/machine/names.js';
-import type { MachineSpec } from '../../src/machine/spec.js';
 
 // The behaviour every Hypervisor must share, run against the fake and against libvirt's test
 // driver so the fake cannot drift from the real thing.
@@ -13,21 +11,20 @@ export interface HypervisorUnderTest {
   cleanup(): Promise<void>;
 }
 
-const spec: MachineSpec = {
-  cpus: 1,
-  memoryMiB: 64,
-  domainType: 'qemu',
-  boot: { kernel: '/var/lib/vmkeeper/images/vmlinuz', cmdline: 'console=ttyS0' },
-  disks: [],
-  nics: [],
-  power: 'on',
-  annotations: {},
-};
-
-export function definitionFor(machineName: string, domainName = domainNameFor(machineName)): DomainDefinition {
-  const uuid = randomUUID();
-  const xml = buildDomainXml({ domainName, uuid, machineName, spec, disks: [], serialLogFile: `/tmp/vmkeeper-contract-${machineName}.log`, createdAt: 0 });
-  return { name: domainName, uuid, xml };
+export function descriptionFor(machineName: string, domainName = domainNameFor(machineName)): DomainDescription {
+  return {
+    domainName,
+    uuid: randomUUID(),
+    machineName,
+    domainType: 'qemu',
+    cpus: 1,
+    memoryMiB: 64,
+    boot: { kernel: '/var/lib/vmkeeper/images/vmlinuz', cmdline: 'console=ttyS0' },
+    diskFiles: [],
+    nics: [],
+    serialLogFile: `/tmp/vmkeeper-contract-${machineName}.log`,
+    createdAt: 0,
+  };
 }
 
 export function runHypervisorContract(name: string, makeHypervisor: () => Promise<HypervisorUnderTest>): void {
@@ -51,37 +48,37 @@ export function runHypervisorContract(name: string, makeHypervisor: () => Promis
     });
 
     it('walks define -> start -> shutdown -> start -> destroy, with listDomains tracking state', async () => {
-      const def = definitionFor('web-1');
+      const def = descriptionFor('web-1');
       expect(await hv.defineDomain(def)).toBe(def.uuid);
-      expect(await hv.listDomains()).toEqual([{ name: def.name, state: 'shutoff' }]);
-      expect(await hv.domainState(def.name)).toBe('shutoff');
+      expect(await hv.listDomains()).toEqual([{ name: def.domainName, state: 'shutoff' }]);
+      expect(await hv.domainState(def.domainName)).toBe('shutoff');
 
-      await hv.startDomain(def.name);
-      expect(await stateOf(def.name)).toBe('running');
-      expect(await hv.domainState(def.name)).toBe('running');
+      await hv.startDomain(def.domainName);
+      expect(await stateOf(def.domainName)).toBe('running');
+      expect(await hv.domainState(def.domainName)).toBe('running');
 
-      await hv.shutdownDomain(def.name);
-      expect(await stateOf(def.name)).toBe('shutoff');
+      await hv.shutdownDomain(def.domainName);
+      expect(await stateOf(def.domainName)).toBe('shutoff');
 
-      await hv.startDomain(def.name);
-      expect(await stateOf(def.name)).toBe('running');
-      await hv.destroyDomain(def.name);
-      expect(await stateOf(def.name)).toBe('shutoff');
+      await hv.startDomain(def.domainName);
+      expect(await stateOf(def.domainName)).toBe('running');
+      await hv.destroyDomain(def.domainName);
+      expect(await stateOf(def.domainName)).toBe('shutoff');
     });
 
     it('counts a second start as done', async () => {
-      const def = definitionFor('twice');
+      const def = descriptionFor('twice');
       await hv.defineDomain(def);
-      await hv.startDomain(def.name);
-      await expect(hv.startDomain(def.name)).resolves.toBeUndefined();
-      expect(await stateOf(def.name)).toBe('running');
+      await hv.startDomain(def.domainName);
+      await expect(hv.startDomain(def.domainName)).resolves.toBeUndefined();
+      expect(await stateOf(def.domainName)).toBe('running');
     });
 
     it('counts shutdown and destroy of a shut-off domain as done', async () => {
-      const def = definitionFor('off');
+      const def = descriptionFor('off');
       await hv.defineDomain(def);
-      await expect(hv.shutdownDomain(def.name)).resolves.toBeUndefined();
-      await expect(hv.destroyDomain(def.name)).resolves.toBeUndefined();
+      await expect(hv.shutdownDomain(def.domainName)).resolves.toBeUndefined();
+      await expect(hv.destroyDomain(def.domainName)).resolves.toBeUndefined();
     });
 
     it.each(['shutdownDomain', 'destroyDomain', 'undefineDomain'] as const)('counts %s of a missing domain as done', async (op) => {
@@ -93,35 +90,41 @@ export function runHypervisorContract(name: string, makeHypervisor: () => Promis
     });
 
     it('removes an undefined domain from the list', async () => {
-      const def = definitionFor('gone');
+      const def = descriptionFor('gone');
       await hv.defineDomain(def);
-      await hv.undefineDomain(def.name);
+      await hv.undefineDomain(def.domainName);
       expect(await hv.listDomains()).toEqual([]);
-      expect(await hv.domainState(def.name)).toBeUndefined();
+      expect(await hv.domainState(def.domainName)).toBeUndefined();
     });
 
     it('redefines a domain in place', async () => {
-      const def = definitionFor('again');
+      const def = descriptionFor('again');
       await hv.defineDomain(def);
       expect(await hv.defineDomain(def)).toBe(def.uuid);
-      expect((await hv.listDomains()).map((d) => d.name)).toEqual([def.name]);
+      expect((await hv.listDomains()).map((d) => d.name)).toEqual([def.domainName]);
     });
 
     it('lists only domains carrying the prefix', async () => {
-      const ours = definitionFor('mine');
+      const ours = descriptionFor('mine');
       await hv.defineDomain(ours);
-      await hv.defineDomain(definitionFor('theirs', 'host-database'));
-      expect((await hv.listDomains()).map((d) => d.name)).toEqual([ours.name]);
+      await hv.defineDomain(descriptionFor('theirs', 'host-database'));
+      expect((await hv.listDomains()).map((d) => d.name)).toEqual([ours.domainName]);
     });
 
-    it('returns the XML of our domain with the marker, and undefined for a missing one', async () => {
-      const def = definitionFor('xml');
+    it('returns the identity of our domain with the mark, and undefined for a missing one', async () => {
+      const def = descriptionFor('mark');
       await hv.defineDomain(def);
-      const xml = await hv.domainXml(def.name);
-      expect(xml).toBeDefined();
-      expect(isOurDomainXml(xml!, 'xml')).toBe(true);
-      expect(isOurDomainXml(xml!, 'other')).toBe(false);
-      expect(await hv.domainXml(domainNameFor('missing'))).toBeUndefined();
+      const identity = await hv.domainIdentity(def.domainName);
+      expect(identity).toEqual({ uuid: def.uuid, machineName: 'mark' });
+      expect(identity?.machineName).not.toBe('other');
+      expect(await hv.domainIdentity(domainNameFor('missing'))).toBeUndefined();
+    });
+
+    it('marks a redefined domain for the machine of the latest description', async () => {
+      const def = descriptionFor('first');
+      await hv.defineDomain(def);
+      await hv.defineDomain({ ...def, machineName: 'second' });
+      expect(await hv.domainIdentity(def.domainName)).toEqual({ uuid: def.uuid, machineName: 'second' });
     });
   });
 }

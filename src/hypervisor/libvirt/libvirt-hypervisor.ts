@@ -3,7 +3,8 @@ import type { Clock } from '../../lifecycle/clock.js';
 import type { Logger } from '../../logging/logger.js';
 import { AgentError, describeError } from '../../machine/errors.js';
 import { DOMAIN_NAME_PREFIX } from '../../machine/names.js';
-import type { DomainDefinition, DomainRunState, DomainSummary, Hypervisor } from '../port.js';
+import type { DomainDescription, DomainIdentity, DomainRunState, DomainSummary, Hypervisor } from '../port.js';
+import { buildDomainXml, domainUuid, markedMachineName } from './domain-xml.js';
 import { BoundedCalls, CallQueueTimeoutError, CallTimeoutError, withCallTimeout } from './call-timeout.js';
 
 // The binding carries no libvirt error codes, only messages: these patterns are the whole
@@ -127,9 +128,11 @@ export class LibvirtHypervisor implements Hypervisor {
     }
   }
 
-  async defineDomain(def: DomainDefinition): Promise<string> {
-    const domain = await this.call(`domainDefineXML(${def.name})`, (n) => n.domainDefineXML(def.xml));
-    return this.call(`getUUIDString(${def.name})`, () => domain.getUUIDString());
+  async defineDomain(description: DomainDescription): Promise<string> {
+    const name = description.domainName;
+    const xml = buildDomainXml(description);
+    const domain = await this.call(`domainDefineXML(${name})`, (n) => n.domainDefineXML(xml));
+    return this.call(`getUUIDString(${name})`, () => domain.getUUIDString());
   }
 
   async startDomain(name: string): Promise<void> {
@@ -164,7 +167,15 @@ export class LibvirtHypervisor implements Hypervisor {
     }
   }
 
-  async domainXml(name: string): Promise<string | undefined> {
+  async domainIdentity(name: string): Promise<DomainIdentity | undefined> {
+    const xml = await this.domainXml(name);
+    if (xml === undefined) return undefined;
+    const uuid = domainUuid(xml);
+    if (uuid === undefined) throw new Error(`libvirt getXMLDesc(${name}) returned XML without a <uuid>`);
+    return { uuid, machineName: markedMachineName(xml) };
+  }
+
+  private async domainXml(name: string): Promise<string | undefined> {
     const domain = await this.lookup(name);
     if (!domain) return undefined;
     try {

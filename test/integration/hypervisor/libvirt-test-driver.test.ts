@@ -7,7 +7,7 @@ import { LibvirtHypervisor } from '../../../src/hypervisor/libvirt/libvirt-hyper
 import { systemClock } from '../../../src/lifecycle/clock.js';
 import { silentLogger } from '../../../src/logging/logger.js';
 import { isAgentError } from '../../../src/machine/errors.js';
-import { definitionFor, runHypervisorContract } from '../../contract/hypervisor-contract.js';
+import { descriptionFor, runHypervisorContract } from '../../contract/hypervisor-contract.js';
 import { waitFor } from '../../support/wait.js';
 
 // libvirt's built-in test driver: a test:///ABS/PATH.xml URI starts from that node file with
@@ -51,6 +51,8 @@ describe('LibvirtHypervisor specifics', () => {
       expect(await hv.listDomains()).toEqual([{ name: 'vmkeeper-held', state: 'paused' }]);
       expect(await hv.domainState('vmkeeper-held')).toBe('paused');
       expect(await hv.domainState('host-own')).toBe('running');
+      // Defined outside the agent: its UUID, and no vmkeeper mark.
+      expect(await hv.domainIdentity('vmkeeper-held')).toEqual({ uuid: '6f1c3a52-6a5e-4d4e-9a0f-2f4b8c1d2e3f', machineName: undefined });
     } finally {
       await cleanup();
     }
@@ -96,11 +98,11 @@ describe('LibvirtHypervisor specifics', () => {
     }
   });
 
-  it('rejects invalid XML with libvirt\'s message and keeps the connection', async () => {
+  it('rejects a description libvirt refuses (a malformed UUID) with libvirt\'s message and keeps the connection', async () => {
     const { hv, cleanup } = await testDriver();
     try {
-      const def = definitionFor('bad');
-      await expect(hv.defineDomain({ ...def, xml: '<domain type="test"><name>x</name></domain' })).rejects.toThrow(/libvirt call domainDefineXML\(vmkeeper-bad\) failed/);
+      const def = descriptionFor('bad');
+      await expect(hv.defineDomain({ ...def, uuid: 'not-a-uuid' })).rejects.toThrow(/libvirt call domainDefineXML\(vmkeeper-bad\) failed/);
       expect(hv.isConnected()).toBe(true);
     } finally {
       await cleanup();

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { systemClock, type Clock, type TimerHandle } from '../../../src/lifecycle/clock.js';
 import { AgentError } from '../../../src/machine/errors.js';
 import { DOMAIN_NAME_PREFIX } from '../../../src/machine/names.js';
-import type { DomainDefinition, DomainRunState, DomainSummary, Hypervisor } from '../../../src/hypervisor/port.js';
+import type { DomainDescription, DomainIdentity, DomainRunState, DomainSummary, Hypervisor } from '../../../src/hypervisor/port.js';
 
 // An in-memory hypervisor for unit tests, with guests that obey, ignore or hang on shutdown and
 // hooks to inject failures. Same idempotency rules as the libvirt adapter (see the contract tests).
@@ -20,7 +20,7 @@ export type FakeHypervisorOp =
   | 'destroyDomain'
   | 'undefineDomain'
   | 'domainState'
-  | 'domainXml';
+  | 'domainIdentity';
 
 export interface FakeHypervisorOptions {
   uri?: string;
@@ -33,7 +33,8 @@ export interface FakeHypervisorOptions {
 interface FakeDomain {
   name: string;
   uuid: string;
-  xml: string;
+  /** What the agent defined; undefined for a domain made outside it (no vmkeeper mark). */
+  description: DomainDescription | undefined;
   state: DomainRunState;
   persistent: boolean;
   behaviour?: GuestBehaviour;
@@ -87,10 +88,18 @@ export class FakeHypervisor implements Hypervisor {
     return this.domains.get(name)?.state;
   }
 
-  /** Adds a domain directly (e.g. a host's own, non-prefixed one), bypassing call logging. */
-  addDomain(name: string, state: DomainRunState = 'shutoff', uuid: string = randomUUID(), xml?: string): void {
-    this.domains.set(name, newDomain(name, uuid, xml ?? `<domain><name>${name}</name><uuid>${uuid}</uuid></domain>`));
+  /**
+   * Adds a domain directly (e.g. a host's own, non-prefixed one), bypassing call logging. Without
+   * a description it carries no vmkeeper mark; with one, it is marked for description.machineName.
+   */
+  addDomain(name: string, state: DomainRunState = 'shutoff', uuid: string = randomUUID(), description?: DomainDescription): void {
+    this.domains.set(name, newDomain(name, uuid, description && { ...description, domainName: name, uuid }));
     this.setState(name, state);
+  }
+
+  /** What the domain was defined from (undefined when missing or made outside the agent). */
+  descriptionOf(name: string): DomainDescription | undefined {
+    return this.domains.get(name)?.description;
   }
 
   /** Removes a stopped domain's definition as `virsh undefine` would, behind the agent's back. */
@@ -165,17 +174,18 @@ export class FakeHypervisor implements Hypervisor {
       .map((d) => ({ name: d.name, state: d.state }));
   }
 
-  async defineDomain(def: DomainDefinition): Promise<string> {
-    await this.enter('defineDomain', def.name);
-    const existing = this.domains.get(def.name);
-    if (existing && existing.uuid !== def.uuid) {
-      throw new Error(`operation failed: domain '${def.name}' is already defined with uuid ${existing.uuid}`);
+  async defineDomain(description: DomainDescription): Promise<string> {
+    const { domainName: name, uuid } = description;
+    await this.enter('defineDomain', name);
+    const existing = this.domains.get(name);
+    if (existing && existing.uuid !== uuid) {
+      throw new Error(`operation failed: domain '${name}' is already defined with uuid ${existing.uuid}`);
     }
     if (existing) {
-      existing.xml = def.xml;
+      existing.description = description;
       existing.persistent = true;
-    } else this.domains.set(def.name, newDomain(def.name, def.uuid, def.xml));
-    return def.uuid;
+    } else this.domains.set(name, newDomain(name, uuid, description));
+    return uuid;
   }
 
   async startDomain(name: string): Promise<void> {
@@ -219,9 +229,10 @@ export class FakeHypervisor implements Hypervisor {
     return this.domains.get(name)?.state;
   }
 
-  async domainXml(name: string): Promise<string | undefined> {
-    await this.enter('domainXml', name);
-    return this.domains.get(name)?.xml;
+  async domainIdentity(name: string): Promise<DomainIdentity | undefined> {
+    await this.enter('domainIdentity', name);
+    const domain = this.domains.get(name);
+    return domain && { uuid: domain.uuid, machineName: domain.description?.machineName };
   }
 
   // ---- internals ----
@@ -255,8 +266,8 @@ export class FakeHypervisor implements Hypervisor {
   }
 }
 
-function newDomain(name: string, uuid: string, xml: string): FakeDomain {
-  return { name, uuid, xml, state: 'shutoff', persistent: true, shutdownRequests: 0, hungDestroys: [] };
+function newDomain(name: string, uuid: string, description: DomainDescription | undefined): FakeDomain {
+  return { name, uuid, description, state: 'shutoff', persistent: true, shutdownRequests: 0, hungDestroys: [] };
 }
 
 function notFound(name: string): Error {

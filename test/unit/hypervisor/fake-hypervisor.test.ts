@@ -3,17 +3,17 @@ import { FakeDiskProvisioner } from '../../support/fakes/fake-disks.js';
 import { FakeHypervisor, type GuestBehaviour } from '../../support/fakes/fake-hypervisor.js';
 import { FakeClock, flushMicrotasks } from '../../support/fakes/fake-clock.js';
 import { isAgentError } from '../../../src/machine/errors.js';
-import { definitionFor, runHypervisorContract } from '../../contract/hypervisor-contract.js';
+import { descriptionFor, runHypervisorContract } from '../../contract/hypervisor-contract.js';
 
 runHypervisorContract('FakeHypervisor', async () => ({ hv: new FakeHypervisor(), cleanup: async () => {} }));
 
 async function runningDomain(opts: { behaviour?: GuestBehaviour; delayMs?: number } = {}) {
   const clock = new FakeClock();
   const hv = new FakeHypervisor({ clock, defaultBehaviour: opts.behaviour, shutdownDelayMs: opts.delayMs });
-  const def = definitionFor('guest');
+  const def = descriptionFor('guest');
   await hv.defineDomain(def);
-  await hv.startDomain(def.name);
-  return { clock, hv, name: def.name };
+  await hv.startDomain(def.domainName);
+  return { clock, hv, name: def.domainName };
 }
 
 describe('FakeHypervisor guest behaviour', () => {
@@ -85,7 +85,7 @@ describe('FakeHypervisor failure injection', () => {
     await hv.connect();
     hv.setAvailable(false);
     expect(hv.isConnected()).toBe(false);
-    for (const call of [() => hv.connect(), () => hv.listDomains(), () => hv.destroyDomain(name), () => hv.domainXml(name)]) {
+    for (const call of [() => hv.connect(), () => hv.listDomains(), () => hv.destroyDomain(name), () => hv.domainIdentity(name)]) {
       const err = await call().then(() => undefined, (e: unknown) => e);
       expect(isAgentError(err, 'HypervisorUnavailable')).toBe(true);
     }
@@ -102,6 +102,23 @@ describe('FakeHypervisor failure injection', () => {
       { op: 'startDomain', name },
       { op: 'listDomains' },
     ]);
+  });
+});
+
+describe('FakeHypervisor descriptions', () => {
+  it('keeps what a domain was defined from, and marks it for that machine', async () => {
+    const { hv, name } = await runningDomain();
+    expect(hv.descriptionOf(name)).toMatchObject({ domainName: name, machineName: 'guest' });
+    expect(await hv.domainIdentity(name)).toEqual({ uuid: hv.uuidOf(name), machineName: 'guest' });
+  });
+
+  it('a domain added without a description carries no mark; with one, it takes the given name and UUID', async () => {
+    const hv = new FakeHypervisor();
+    hv.addDomain('vmkeeper-by-hand', 'running', '11111111-2222-3333-4444-555555555555');
+    expect(await hv.domainIdentity('vmkeeper-by-hand')).toEqual({ uuid: '11111111-2222-3333-4444-555555555555', machineName: undefined });
+    expect(hv.descriptionOf('vmkeeper-by-hand')).toBeUndefined();
+    hv.addDomain('vmkeeper-copy', 'shutoff', '66666666-7777-8888-9999-000000000000', descriptionFor('donor'));
+    expect(hv.descriptionOf('vmkeeper-copy')).toMatchObject({ domainName: 'vmkeeper-copy', uuid: '66666666-7777-8888-9999-000000000000', machineName: 'donor' });
   });
 });
 

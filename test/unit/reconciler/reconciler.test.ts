@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { Harness } from '../../support/agent-harness.js';
 import type { Config } from '../../../src/config/config.js';
+import type { DomainDescription } from '../../../src/hypervisor/port.js';
 import { domainNameFor } from '../../../src/machine/names.js';
 
 const dom = domainNameFor;
@@ -218,13 +219,12 @@ describe('reconciler: a domain undefined by hand', () => {
 
 describe('reconciler: a domain with our name but not our mark', () => {
   const FOREIGN_UUID = '11111111-2222-3333-4444-555555555555';
-  const withOtherUuid = (xml: string) => xml.replace(/<uuid>[^<]*<\/uuid>/, `<uuid>${FOREIGN_UUID}</uuid>`);
   const forbidden = ['startDomain', 'shutdownDomain', 'destroyDomain', 'defineDomain', 'undefineDomain'] as const;
 
-  /** Marked XML as the agent writes it, taken from a machine of its own. */
-  async function ourXmlFor(name: string): Promise<string> {
+  /** A marked description as the agent defines it, taken from a machine of its own. */
+  async function ourDescriptionFor(name: string): Promise<DomainDescription> {
     await h.createRunning('donor');
-    return (await h.hv.domainXml(dom('donor')))!.replaceAll('vmkeeper-donor', dom(name)).replaceAll('>donor<', `>${name}<`);
+    return { ...h.hv.descriptionOf(dom('donor'))!, domainName: dom(name), machineName: name };
   }
 
   async function expectLeftAlone(name: string, state: 'running' | 'shutoff', callsBefore: number): Promise<void> {
@@ -232,7 +232,7 @@ describe('reconciler: a domain with our name but not our mark', () => {
     await h.advance(30_000);
     const ops = h.hv.calls.slice(callsBefore).filter((c) => c.name === dom(name)).map((c) => c.op);
     for (const op of forbidden) expect(ops).not.toContain(op);
-    expect(ops.filter((op) => op === 'domainXml')).toHaveLength(1); // read once, cached
+    expect(ops.filter((op) => op === 'domainIdentity')).toHaveLength(1); // read once, cached
     expect(h.hv.stateOf(dom(name))).toBe(state);
     expect(h.hv.uuidOf(dom(name))).toBe(FOREIGN_UUID);
     expect(h.service.get(name).status.message).toMatch(/the agent leaves it alone/);
@@ -249,8 +249,8 @@ describe('reconciler: a domain with our name but not our mark', () => {
     ['our mark but another UUID, running, power off', 'off', 'running', true],
   ] as const)('defined before the machine (%s): never started, stopped, redefined or undefined; ForeignDomain', async (_n, power, state, marked) => {
     h = await new Harness({ config: quietResync }).start();
-    const xml = marked ? withOtherUuid(await ourXmlFor('twin')) : undefined;
-    h.hv.addDomain(dom('twin'), state, FOREIGN_UUID, xml);
+    const description = marked ? await ourDescriptionFor('twin') : undefined;
+    h.hv.addDomain(dom('twin'), state, FOREIGN_UUID, description);
     const callsBefore = h.hv.calls.length;
     await h.service.create('twin', spec({ power }));
     await expectLeftAlone('twin', state, callsBefore);
@@ -273,11 +273,11 @@ describe('reconciler: a domain with our name but not our mark', () => {
     await h.createRunning('owned');
     await h.advance(2000);
     for (let i = 0; i < 3; i++) await destroyAndTimeRestart('owned');
-    expect(callsOn('owned').filter((op) => op === 'domainXml')).toHaveLength(0); // defined by this process: known
+    expect(callsOn('owned').filter((op) => op === 'domainIdentity')).toHaveLength(0); // defined by this process: known
     await h.restart();
     await h.advance(2000);
     for (let i = 0; i < 2; i++) await destroyAndTimeRestart('owned');
-    expect(callsOn('owned').filter((op) => op === 'domainXml')).toHaveLength(1);
+    expect(callsOn('owned').filter((op) => op === 'domainIdentity')).toHaveLength(1);
     expect(await h.agent.ownership.isOurs(dom('owned'), h.service.get('owned'))).toBe(true);
   });
 });
@@ -286,16 +286,16 @@ describe('reconciler: orphans', () => {
   it('reportedOrphans only grows: a name orphaned a second time is reported again', async () => {
     h = await new Harness({ config: quietResync }).start();
     await h.createRunning('donor');
-    const markedXml = (await h.hv.domainXml(dom('donor')))!.replace(/vmkeeper-donor/g, 'vmkeeper-ghost');
+    const marked = { ...h.hv.descriptionOf(dom('donor'))!, machineName: 'ghost' };
     const orphanEvents = () => h.service.events().filter((e) => e.reason === 'OrphanDomain' && e.message.includes('vmkeeper-ghost'));
-    h.hv.addDomain(dom('ghost'), 'running', undefined, markedXml);
+    h.hv.addDomain(dom('ghost'), 'running', undefined, marked);
     await h.advanceUntil(() => orphanEvents().length === 1, 5000);
     await h.advance(5000);
     expect(orphanEvents()).toHaveLength(1); // once per appearance, not once per poll
     h.hv.setState(dom('ghost'), 'shutoff');
     h.hv.removeDomain(dom('ghost'));
     await h.advance(2000);
-    h.hv.addDomain(dom('ghost'), 'running', undefined, markedXml);
+    h.hv.addDomain(dom('ghost'), 'running', undefined, marked);
     await h.advanceUntil(() => orphanEvents().length === 2, 5000);
     expect(orphanEvents()[1].type).toBe('warning');
   });

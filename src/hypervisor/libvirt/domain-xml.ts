@@ -1,22 +1,11 @@
-import type { StoredSpec } from '../machine/record.js';
+import type { DomainDescription, DomainNic } from '../port.js';
 
-// Libvirt domain XML for one machine, built as plain strings. Every interpolated value goes
+// Libvirt domain XML for one machine, built as plain strings, and the two facts read back from it
+// (UUID and mark). Every interpolated value goes
 // through escapeXml(), so nothing a caller puts in a spec can add elements or attributes.
 
 /** Namespace of the metadata element that marks a domain as created by vmkeeper. */
 export const VMKEEPER_XMLNS = 'https://vmkeeper.org/xmlns/machine/1';
-
-export interface DomainXmlInput {
-  domainName: string;
-  uuid: string;
-  machineName: string;
-  spec: StoredSpec;
-  /** The qcow2 file the agent created for each spec disk, in spec order. */
-  disks: { name: string; file: string }[];
-  serialLogFile: string;
-  /** Milliseconds since the epoch. */
-  createdAt: number;
-}
 
 const XML_ESCAPES: Record<string, string> = {
   '&': '&amp;',
@@ -45,12 +34,12 @@ export function diskTarget(index: number): string {
   return `vd${String.fromCharCode(97 + index)}`;
 }
 
-function osXml(spec: StoredSpec): string[] {
+function osXml(boot: DomainDescription['boot']): string[] {
   const lines = ['  <os>', "    <type arch='x86_64' machine='pc'>hvm</type>"];
-  if (spec.boot) {
-    lines.push(`    <kernel>${escapeXml(spec.boot.kernel)}</kernel>`);
-    if (spec.boot.initrd !== undefined) lines.push(`    <initrd>${escapeXml(spec.boot.initrd)}</initrd>`);
-    if (spec.boot.cmdline !== undefined) lines.push(`    <cmdline>${escapeXml(spec.boot.cmdline)}</cmdline>`);
+  if (boot) {
+    lines.push(`    <kernel>${escapeXml(boot.kernel)}</kernel>`);
+    if (boot.initrd !== undefined) lines.push(`    <initrd>${escapeXml(boot.initrd)}</initrd>`);
+    if (boot.cmdline !== undefined) lines.push(`    <cmdline>${escapeXml(boot.cmdline)}</cmdline>`);
   } else {
     lines.push("    <boot dev='hd'/>");
   }
@@ -68,10 +57,10 @@ function diskXml(file: string, index: number): string[] {
   ];
 }
 
-function nicXml(nic: StoredSpec['nics'][number]): string[] {
-  const source = nic.network !== undefined
+function nicXml(nic: DomainNic): string[] {
+  const source = 'network' in nic
     ? ["    <interface type='network'>", `      <source network='${escapeXml(nic.network)}'/>`]
-    : ["    <interface type='bridge'>", `      <source bridge='${escapeXml(nic.bridge ?? '')}'/>`];
+    : ["    <interface type='bridge'>", `      <source bridge='${escapeXml(nic.bridge)}'/>`];
   return [...source, "      <model type='virtio'/>", '    </interface>'];
 }
 
@@ -90,7 +79,7 @@ function consoleXml(logFile: string): string[] {
 }
 
 // Only the mark: annotations change without a redefine, so a copy here would go stale.
-function metadataXml(input: DomainXmlInput): string[] {
+function metadataXml(input: DomainDescription): string[] {
   return [
     '  <metadata>',
     `    <vmkeeper:machine xmlns:vmkeeper='${escapeXml(VMKEEPER_XMLNS)}'>`,
@@ -101,19 +90,15 @@ function metadataXml(input: DomainXmlInput): string[] {
   ];
 }
 
-export function buildDomainXml(input: DomainXmlInput): string {
-  const { spec } = input;
-  if (input.disks.length !== spec.disks.length) {
-    throw new Error(`domain XML needs one file per spec disk (${spec.disks.length}), got ${input.disks.length}`);
-  }
+export function buildDomainXml(input: DomainDescription): string {
   const lines = [
-    `<domain type='${escapeXml(spec.domainType)}'>`,
+    `<domain type='${escapeXml(input.domainType)}'>`,
     `  <name>${escapeXml(input.domainName)}</name>`,
     `  <uuid>${escapeXml(input.uuid)}</uuid>`,
     ...metadataXml(input),
-    `  <memory unit='KiB'>${escapeXml(spec.memoryMiB * 1024)}</memory>`,
-    `  <vcpu placement='static'>${escapeXml(spec.cpus)}</vcpu>`,
-    ...osXml(spec),
+    `  <memory unit='KiB'>${escapeXml(input.memoryMiB * 1024)}</memory>`,
+    `  <vcpu placement='static'>${escapeXml(input.cpus)}</vcpu>`,
+    ...osXml(input.boot),
     '  <features>',
     '    <acpi/>',
     '  </features>',
@@ -121,8 +106,8 @@ export function buildDomainXml(input: DomainXmlInput): string {
     '  <on_reboot>restart</on_reboot>',
     '  <on_crash>destroy</on_crash>',
     '  <devices>',
-    ...input.disks.flatMap((d, i) => diskXml(d.file, i)),
-    ...spec.nics.flatMap(nicXml),
+    ...input.diskFiles.flatMap(diskXml),
+    ...input.nics.flatMap(nicXml),
     ...consoleXml(input.serialLogFile),
     '  </devices>',
     '</domain>',
@@ -135,16 +120,27 @@ function escapeRegExp(s: string): string {
 }
 
 /**
- * Whether the XML carries our metadata marker (and, if given, names this machine). Libvirt
- * re-serialises metadata (double quotes, its own whitespace), so the check tolerates both.
+ * The machine named by our metadata mark, or undefined when the XML carries no mark. Libvirt
+ * re-serialises metadata (double quotes, its own whitespace), so the reading tolerates both.
  */
-export function isOurDomainXml(xml: string, machineName?: string): boolean {
+export function markedMachineName(xml: string): string | undefined {
   const metadata = /<metadata>([\s\S]*?)<\/metadata>/.exec(xml)?.[1];
-  if (metadata === undefined) return false;
+  if (metadata === undefined) return undefined;
   const nsDecl = new RegExp(`<([A-Za-z_][\\w.-]*):machine\\s+xmlns:\\1=(["'])${escapeRegExp(VMKEEPER_XMLNS)}\\2`);
   const prefix = nsDecl.exec(metadata)?.[1];
-  if (prefix === undefined) return false;
-  if (machineName === undefined) return true;
-  const nameEl = new RegExp(`<${prefix}:name>${escapeRegExp(escapeXml(machineName))}</${prefix}:name>`);
-  return nameEl.test(metadata);
+  if (prefix === undefined) return undefined;
+  const name = new RegExp(`<${prefix}:name>([^<]*)</${prefix}:name>`).exec(metadata)?.[1];
+  return name === undefined ? undefined : unescapeXml(name);
+}
+
+/** The domain's own <uuid> (libvirt writes it right after <name>, before any device's). */
+export function domainUuid(xml: string): string | undefined {
+  return /<uuid>\s*([0-9A-Fa-f-]+)\s*<\/uuid>/.exec(xml)?.[1];
+}
+
+const NAMED_ENTITIES: Record<string, string> = { amp: '&', lt: '<', gt: '>', quot: '"', apos: "'" };
+
+function unescapeXml(text: string): string {
+  return text.replace(/&(?:#x([0-9A-Fa-f]+)|#(\d+)|(amp|lt|gt|quot|apos));/g, (_, hex?: string, dec?: string, named?: string) =>
+    named !== undefined ? NAMED_ENTITIES[named]! : String.fromCodePoint(hex !== undefined ? parseInt(hex, 16) : Number(dec)));
 }

@@ -4,8 +4,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
-import { buildDomainXml, escapeXml, isOurDomainXml, VMKEEPER_XMLNS, type DomainXmlInput } from '../../../src/hypervisor/domain-xml.js';
-import type { StoredSpec } from '../../../src/machine/record.js';
+import { buildDomainXml, domainUuid, escapeXml, markedMachineName, VMKEEPER_XMLNS } from '../../../../src/hypervisor/libvirt/domain-xml.js';
+import type { DomainDescription } from '../../../../src/hypervisor/port.js';
 
 // A tiny strict XML reader for the generated subset (elements, quoted attributes, text, the five
 // entities and numeric references): enough to prove structure without an XML library.
@@ -62,25 +62,16 @@ const one = (el: El, name: string): El => {
   return found[0]!;
 };
 
-const baseSpec: StoredSpec = {
-  cpus: 2,
-  memoryMiB: 256,
-  domainType: 'kvm',
-  disks: [{ name: 'root', image: '/var/lib/vmkeeper/images/debian.qcow2' }, { name: 'data', sizeGiB: 4 }],
-  nics: [{ name: 'eth0', network: 'default' }, { name: 'eth1', bridge: 'br0' }],
-  power: 'on',
-};
-
-function input(over: Partial<DomainXmlInput> = {}, spec: Partial<StoredSpec> = {}): DomainXmlInput {
+function input(over: Partial<DomainDescription> = {}): DomainDescription {
   return {
     domainName: 'vmkeeper-web-1',
     uuid: '3357c3af-fdcf-4e1b-b97b-346ece2f943a',
     machineName: 'web-1',
-    spec: { ...baseSpec, ...spec },
-    disks: [
-      { name: 'root', file: '/var/lib/vmkeeper/guests/web-1/disk-root.qcow2' },
-      { name: 'data', file: '/var/lib/vmkeeper/guests/web-1/disk-data.qcow2' },
-    ],
+    domainType: 'kvm',
+    cpus: 2,
+    memoryMiB: 256,
+    diskFiles: ['/var/lib/vmkeeper/guests/web-1/disk-root.qcow2', '/var/lib/vmkeeper/guests/web-1/disk-data.qcow2'],
+    nics: [{ network: 'default' }, { bridge: 'br0' }],
     serialLogFile: '/var/lib/vmkeeper/guests/web-1/serial.log',
     createdAt: Date.UTC(2026, 0, 1),
     ...over,
@@ -117,15 +108,11 @@ describe('buildDomainXml', () => {
     expect(one(marker, 'vmkeeper:createdAt').text).toBe('2026-01-01T00:00:00.000Z');
   });
 
-  it('uses direct kernel boot when the spec has boot', () => {
+  it('uses direct kernel boot when the description has boot', () => {
     const boot = { kernel: '/img/vmlinuz', initrd: '/img/initrd.img', cmdline: 'console=ttyS0 quiet' };
-    const os = one(parseXml(buildDomainXml(input({ disks: [] }, { boot, disks: [] }))), 'os');
+    const os = one(parseXml(buildDomainXml(input({ boot, diskFiles: [] }))), 'os');
     expect([one(os, 'kernel').text, one(os, 'initrd').text, one(os, 'cmdline').text]).toEqual([boot.kernel, boot.initrd, boot.cmdline]);
     expect(all(os, 'boot')).toHaveLength(0);
-  });
-
-  it('refuses a disk file list that does not match the spec', () => {
-    expect(() => buildDomainXml(input({ disks: [] }))).toThrow(/one file per spec disk/);
   });
 
   const hostile = [
@@ -134,12 +121,12 @@ describe('buildDomainXml', () => {
     ['x]]><!-- <![CDATA[ &amp; &#60; ', '&'],
   ] as const;
 
-  const cases: { what: string; make: (h: string) => DomainXmlInput; read: (dom: El) => string }[] = [
-    { what: 'cmdline', make: (h) => input({ disks: [] }, { boot: { kernel: '/img/k', cmdline: h }, disks: [] }), read: (d) => one(d, 'cmdline').text },
-    { what: 'kernel path', make: (h) => input({ disks: [] }, { boot: { kernel: `/img/${h}` }, disks: [] }), read: (d) => one(d, 'kernel').text.slice(5) },
-    { what: 'network name', make: (h) => input({}, { nics: [{ name: 'eth0', network: h }] }), read: (d) => one(one(d, 'interface'), 'source').attrs.network! },
-    { what: 'bridge name', make: (h) => input({}, { nics: [{ name: 'eth0', bridge: h }] }), read: (d) => one(one(d, 'interface'), 'source').attrs.bridge! },
-    { what: 'disk file', make: (h) => input({ disks: [{ name: 'root', file: `/s/${h}` }, { name: 'data', file: '/s/d' }] }), read: (d) => one(all(d, 'disk')[0]!, 'source').attrs.file!.slice(3) },
+  const cases: { what: string; make: (h: string) => DomainDescription; read: (dom: El) => string }[] = [
+    { what: 'cmdline', make: (h) => input({ boot: { kernel: '/img/k', cmdline: h }, diskFiles: [] }), read: (d) => one(d, 'cmdline').text },
+    { what: 'kernel path', make: (h) => input({ boot: { kernel: `/img/${h}` }, diskFiles: [] }), read: (d) => one(d, 'kernel').text.slice(5) },
+    { what: 'network name', make: (h) => input({ nics: [{ network: h }] }), read: (d) => one(one(d, 'interface'), 'source').attrs.network! },
+    { what: 'bridge name', make: (h) => input({ nics: [{ bridge: h }] }), read: (d) => one(one(d, 'interface'), 'source').attrs.bridge! },
+    { what: 'disk file', make: (h) => input({ diskFiles: [`/s/${h}`, '/s/d'] }), read: (d) => one(all(d, 'disk')[0]!, 'source').attrs.file!.slice(3) },
     { what: 'serial log path', make: (h) => input({ serialLogFile: h }), read: (d) => one(one(d, 'serial'), 'source').attrs.path! },
     { what: 'domain name', make: (h) => input({ domainName: h }), read: (d) => one(d, 'name').text },
   ];
@@ -158,13 +145,14 @@ describe('buildDomainXml', () => {
   });
 
   it('carries only the vmkeeper mark in its metadata, no annotations (they change without a redefine)', () => {
-    const legacy = { ...baseSpec, annotations: { owner: 'team-a' } } as StoredSpec;
-    const machine = one(one(parseXml(buildDomainXml(input({ spec: legacy }))), 'metadata'), 'vmkeeper:machine');
+    // A caller that hands over more than the description (say, a whole record) still gets only the mark.
+    const withAnnotations = { ...input(), annotations: { owner: 'team-a' } } as DomainDescription;
+    const machine = one(one(parseXml(buildDomainXml(withAnnotations)), 'metadata'), 'vmkeeper:machine');
     expect(machine.children.map((c) => c.name)).toEqual(['vmkeeper:name', 'vmkeeper:createdAt']);
   });
 
   it('replaces characters XML cannot carry (NUL would also cut the C string)', () => {
-    const dom = parseXml(buildDomainXml(input({ disks: [] }, { boot: { kernel: '/img/k', cmdline: 'a\u0000b\u0007c\ud800d\ne' }, disks: [] })));
+    const dom = parseXml(buildDomainXml(input({ boot: { kernel: '/img/k', cmdline: 'a\u0000b\u0007c\ud800d\ne' }, diskFiles: [] })));
     expect(one(dom, 'cmdline').text).toBe('a\ufffdb\ufffdc\ufffdd\ne');
   });
 
@@ -178,7 +166,7 @@ describe('buildDomainXml', () => {
       const hostileBoot = { kernel: '/img/k', initrd: '/img/i', cmdline: hostile[1]![0] };
       const variants = {
         disks: buildDomainXml(input({ serialLogFile: `/s/${hostile[0]![0]}\u0000` })),
-        boot: buildDomainXml(input({ disks: [] }, { boot: hostileBoot, disks: [], nics: [], domainType: 'qemu' })),
+        boot: buildDomainXml(input({ boot: hostileBoot, diskFiles: [], nics: [], domainType: 'qemu' })),
       };
       for (const [name, xml] of Object.entries(variants)) {
         const file = path.join(dir, `${name}.xml`);
@@ -192,7 +180,11 @@ describe('buildDomainXml', () => {
   });
 });
 
-describe('isOurDomainXml', () => {
+describe('markedMachineName: is this XML ours (for this machine)?', () => {
+  const isOurs = (xml: string, machine: string | undefined) => {
+    const marked = markedMachineName(xml);
+    return machine === undefined ? marked !== undefined : marked === machine;
+  };
   const ours = buildDomainXml(input());
   // What libvirt hands back: double quotes and its own layout.
   const reserialised = ours.replace(/'/g, '"');
@@ -205,8 +197,24 @@ describe('isOurDomainXml', () => {
     ['a host domain', "<domain type='kvm'><name>db</name></domain>", undefined, false],
     ['other metadata', "<domain><metadata><app:x xmlns:app='https://example.org/'><app:name>web-1</app:name></app:x></metadata></domain>", 'web-1', false],
     ['marker text outside metadata', `<domain><description>${VMKEEPER_XMLNS} vmkeeper:machine</description></domain>`, undefined, false],
-    ['a cmdline imitating the marker', buildDomainXml(input({ machineName: 'x', disks: [] }, { boot: { kernel: '/img/k', cmdline: '<vmkeeper:name>web-1</vmkeeper:name>' }, disks: [] })), 'web-1', false],
+    ['a cmdline imitating the marker', buildDomainXml(input({ machineName: 'x', boot: { kernel: '/img/k', cmdline: '<vmkeeper:name>web-1</vmkeeper:name>' }, diskFiles: [] })), 'web-1', false],
   ] as const)('%s', (_, xml, machine, expected) => {
-    expect(isOurDomainXml(xml, machine)).toBe(expected);
+    expect(isOurs(xml, machine)).toBe(expected);
+  });
+
+  it('reads back a machine name that needed escaping', () => {
+    const xml = buildDomainXml(input({ machineName: `a&b<c>'d"` }));
+    expect(markedMachineName(xml)).toBe(`a&b<c>'d"`);
+    expect(markedMachineName(xml.replace(/'/g, '"').replace('&amp;', '&#38;'))).toBe(`a&b<c>'d"`);
+  });
+});
+
+describe('domainUuid', () => {
+  it.each([
+    ['the domain UUID, not a device one', buildDomainXml(input()), '3357c3af-fdcf-4e1b-b97b-346ece2f943a'],
+    ['libvirt layout with whitespace', '<domain>\n  <name>x</name>\n  <uuid> 6F1C3A52-6A5E-4D4E-9A0F-2F4B8C1D2E3F </uuid>\n</domain>', '6F1C3A52-6A5E-4D4E-9A0F-2F4B8C1D2E3F'],
+    ['no UUID at all', "<domain type='kvm'><name>db</name></domain>", undefined],
+  ] as const)('%s', (_, xml, expected) => {
+    expect(domainUuid(xml)).toBe(expected);
   });
 });

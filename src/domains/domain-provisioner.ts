@@ -1,10 +1,9 @@
-import type { DiskProvisioner, Hypervisor } from '../hypervisor/port.js';
-import { buildDomainXml, isOurDomainXml } from '../hypervisor/domain-xml.js';
+import type { DiskProvisioner, DomainDescription, Hypervisor } from '../hypervisor/port.js';
 import type { ImageChecker } from '../hypervisor/image-guard.js';
 import type { MachineRecord } from '../machine/record.js';
 import { diskFile, machineDataDir, serialLogFile } from '../machine/paths.js';
 
-/** Turns a record into a defined libvirt domain with its disks, and removes what it created. */
+/** Turns a record into a defined domain with its disks, and removes what it created. */
 export class DomainProvisioner {
   constructor(
     private readonly hypervisor: Hypervisor,
@@ -19,22 +18,13 @@ export class DomainProvisioner {
     // Before qemu-img opens an image or libvirt is handed a kernel path.
     await this.images?.checkSpec(record.spec);
     await this.disks.ensureDir(machineDataDir(this.stateDir, record.name));
-    const disks = [];
+    const diskFiles = [];
     for (const disk of record.spec.disks) {
       const file = diskFile(this.stateDir, record.name, disk.name);
       await this.disks.createDisk(file, { backingImage: disk.image, sizeGiB: disk.sizeGiB });
-      disks.push({ name: disk.name, file });
+      diskFiles.push(file);
     }
-    const xml = buildDomainXml({
-      domainName: record.domainName,
-      uuid: record.uuid,
-      machineName: record.name,
-      spec: record.spec,
-      disks,
-      serialLogFile: serialLogFile(this.stateDir, record.name),
-      createdAt: record.createdAt,
-    });
-    await this.hypervisor.defineDomain({ name: record.domainName, uuid: record.uuid, xml });
+    await this.hypervisor.defineDomain(this.describe(record, diskFiles));
   }
 
   /** Removes every file the agent created for the machine (disks, serial log); images are never touched. */
@@ -42,7 +32,21 @@ export class DomainProvisioner {
     return this.disks.removePath(machineDataDir(this.stateDir, name));
   }
 
-  isOurs(xml: string): boolean {
-    return isOurDomainXml(xml);
+  // Only what the domain needs: annotations change without a redefine, so a copy would go stale.
+  private describe(record: MachineRecord, diskFiles: string[]): DomainDescription {
+    const { spec } = record;
+    return {
+      domainName: record.domainName,
+      uuid: record.uuid,
+      machineName: record.name,
+      domainType: spec.domainType,
+      cpus: spec.cpus,
+      memoryMiB: spec.memoryMiB,
+      ...(spec.boot && { boot: { ...spec.boot } }),
+      diskFiles,
+      nics: spec.nics.map((nic) => (nic.network !== undefined ? { network: nic.network } : { bridge: nic.bridge ?? '' })),
+      serialLogFile: serialLogFile(this.stateDir, record.name),
+      createdAt: record.createdAt,
+    };
   }
 }
