@@ -2,6 +2,7 @@
 // vmkeeperd: the process around the agent (daemon.ts builds it). Owns the bus connection, signals and sd_notify, and turns failures into exit codes.
 import { AGENT_VERSION } from './agent.js';
 import { ConfigError } from './config/errors.js';
+import { USAGE } from './config/flags.js';
 import { loadConfig } from './config/load-config.js';
 import { startDaemon, type RunningDaemon } from './daemon.js';
 import { describeError } from './machine/errors.js';
@@ -17,11 +18,6 @@ import { applyRuntimeKeys, diffConfig, levelGate } from './systemd/reload.js';
 import { StatusReporter } from './systemd/status.js';
 import { installTestWedge } from './systemd/test-wedge.js';
 import { Watchdog, healthThresholds } from './systemd/watchdog.js';
-
-const USAGE = `Usage: vmkeeperd [--config FILE] [--bus system|session|ADDRESS] [--libvirt-uri URI]
-                 [--state-dir DIR] [--image-dir DIR]... [--log-level LEVEL] [--log-format journal|text|json]
-Manages libvirt virtual machines and exposes them on D-Bus as org.vmkeeper1.
-See vmkeeperd(8) and docs/configuration.md.`;
 
 const EXIT_CONFIG = 78; // EX_CONFIG: systemd shows it, and Restart=on-failure does not loop on it
 const EXIT_FAILURE = 1;
