@@ -9,7 +9,6 @@ import { Daemon, type StopReason } from './daemon.js';
 import { describeError } from './machine/errors.js';
 import { createLogger } from './logging/winston-logger.js';
 import { levelGate } from './systemd/reload.js';
-import { installTestWedge } from './systemd/test-wedge.js';
 
 const EXIT_CONFIG = 78; // EX_CONFIG: systemd shows it, and Restart=on-failure does not loop on it
 const EXIT_FAILURE = 1;
@@ -30,7 +29,6 @@ async function main(): Promise<number> {
   const live = structuredClone(config);
   const sink = createLogger({ level: 'debug', format: config.log.format });
   const logger = levelGate(sink, () => live.log.level);
-  installTestWedge(process.env, logger);
   logger.info(`vmkeeperd ${AGENT_VERSION} starting`, { config: loaded.configFileFound ? loaded.configPath : 'built-in defaults', bus: config.bus, libvirt: config.libvirt.uri, stateDir: config.stateDir });
 
   // The first stop request wins; it also aborts a start still under way.
