@@ -1,7 +1,9 @@
+import { parseArgs as splitArgs } from 'node:util';
 import { UsageError } from './errors.js';
 
-// A small getopt: long options (--name, --name=value), single-letter aliases (-f value), `--` ends
-// options, `-` alone is a value (stdin). Options may appear anywhere among the positionals.
+// vmkeeperctl's option parsing over node:util's parser: long options (--name, --name=value),
+// single-letter aliases (-f value), `--` ends options, `-` alone is a value (stdin). Options may
+// appear anywhere among the positionals. The errors are ours: usage errors naming the option.
 
 export interface OptionSpec {
   /** Long name without dashes. */
@@ -27,37 +29,33 @@ export interface ParseOptions {
 export function parseArgs(argv: readonly string[], specs: readonly OptionSpec[], o: ParseOptions = {}): ParsedArgs & { rest: string[] } {
   const options: Record<string, string | true> = {};
   const positionals: string[] = [];
-  const find = (token: string): OptionSpec | undefined =>
-    token.startsWith('--') ? specs.find((s) => s.name === token.slice(2)) : specs.find((s) => s.short === token.slice(1));
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i]!;
-    if (arg === '--') {
-      if (o.stopAtPositional) return { options, positionals, rest: argv.slice(i + 1) };
-      positionals.push(...argv.slice(i + 1));
+  const nodeOptions = Object.fromEntries(
+    specs.map((s) => [s.name, { type: s.value === undefined ? 'boolean' as const : 'string' as const, ...(s.short ? { short: s.short } : {}) }]),
+  );
+  // Not strict: node's messages would neither name the command nor exit as a usage error.
+  const { tokens } = splitArgs({ args: [...argv], options: nodeOptions, strict: false, allowPositionals: true, tokens: true });
+  for (const t of tokens) {
+    if (t.kind === 'option-terminator') {
+      if (o.stopAtPositional) return { options, positionals, rest: argv.slice(t.index + 1) };
+      positionals.push(...argv.slice(t.index + 1));
       break;
     }
-    if (arg.length < 2 || !arg.startsWith('-')) {
-      if (o.stopAtPositional) return { options, positionals, rest: argv.slice(i) };
-      positionals.push(arg);
+    if (t.kind === 'positional') {
+      if (o.stopAtPositional) return { options, positionals, rest: argv.slice(t.index) };
+      positionals.push(t.value);
       continue;
     }
-    const eq = arg.startsWith('--') ? arg.indexOf('=') : -1;
-    const token = eq >= 0 ? arg.slice(0, eq) : arg;
-    const spec = find(token);
-    if (!spec) throw new UsageError(`unknown option ${token}`, o.command);
+    // Node reads -hf as -h -f and -fFILE as -f FILE; each option here is its own word.
+    if (argv[t.index] !== t.rawName && !t.rawName.startsWith('--')) throw new UsageError(`unknown option ${argv[t.index]}`, o.command);
+    const spec = specs.find((s) => s.name === t.name);
+    if (!spec) throw new UsageError(`unknown option ${t.rawName}`, o.command);
     if (spec.value === undefined) {
-      if (eq >= 0) throw new UsageError(`option --${spec.name} takes no value`, o.command);
+      if (t.value !== undefined) throw new UsageError(`option --${spec.name} takes no value`, o.command);
       options[spec.name] = true;
       continue;
     }
-    let value: string | undefined;
-    if (eq >= 0) value = arg.slice(eq + 1);
-    else {
-      value = argv[i + 1];
-      i++;
-    }
-    if (value === undefined) throw new UsageError(`option ${token} needs a value (${spec.value})`, o.command);
-    options[spec.name] = value;
+    if (t.value === undefined) throw new UsageError(`option ${t.rawName} needs a value (${spec.value})`, o.command);
+    options[spec.name] = t.value;
   }
   return { options, positionals, rest: [] };
 }

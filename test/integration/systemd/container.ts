@@ -3,7 +3,7 @@
  * libvirt + qemu inside and the agent installed from this tree (dist/ + node_modules/, bound
  * read-only at /opt/vmkeeper, the host's Node 20 at /usr/local/bin/node). The unit file, tmpfiles
  * entry and D-Bus policy are the real ones from systemd/ and config/; a drop-in only shortens the
- * watchdog and enables the test-only wedge trigger.
+ * watchdog.
  */
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
@@ -101,7 +101,6 @@ export async function bootAgentContainer(o: AgentContainerOptions): Promise<Agen
       '/etc/systemd/system/vmkeeperd.service.d/test.conf': [
         '[Service]',
         `WatchdogSec=${o.watchdogSec ?? 6}s`,
-        'Environment=VMKEEPER_TEST_WEDGE=1',
         ...(o.serviceExtra ?? []),
         '',
       ].join('\n'),

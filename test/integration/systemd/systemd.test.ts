@@ -65,21 +65,21 @@ describe.skipIf(!isRoot)('vmkeeperd under systemd', () => {
     expect(await a.c.journal('vmkeeperd')).not.toMatch(/watchdog: not pinging/);
   }, 60000);
 
-  it('a wedged agent (test-only trigger) is killed by the watchdog and restarted', async () => {
+  it('a frozen agent (SIGSTOP from outside) is killed by the watchdog and restarted', async () => {
     a = await bootAgentContainer({ name: 'vmk-wedge', watchdogSec: 4 });
     await a.c.exec(['systemctl', 'start', 'vmkeeperd'], { timeoutMs: 60_000 });
     const pid = await a.mainPid();
     expect(pid).toBeGreaterThan(0);
-    const wedgedAt = Date.now();
-    await a.c.exec(['systemctl', 'kill', '-s', 'SIGUSR2', 'vmkeeperd']);
+    const frozenAt = Date.now();
+    // A stopped process sends no pings: only systemd's watchdog can get the service back.
+    expect((await a.sh(`kill -STOP ${pid}`)).code).toBe(0);
     await waitFor(async () => (await show('NRestarts')) === '1' && (await show('ActiveState')) === 'active', {
       timeoutMs: 30_000, intervalMs: 250, what: 'a watchdog restart',
     });
-    const took = Date.now() - wedgedAt;
+    const took = Date.now() - frozenAt;
     expect(await a.mainPid()).not.toBe(pid);
     expect(await a.managerState()).toBe('running');
     const j = await a.c.journal('vmkeeperd');
-    expect(j).toMatch(/TEST WEDGE: SIGUSR2 received/);
     expect(j).toMatch(/vmkeeperd\.service: Watchdog timeout/);
     expect(took).toBeGreaterThan(3000); // not before WatchdogSec=4s
   }, 60000);

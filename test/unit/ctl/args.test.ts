@@ -23,6 +23,9 @@ describe('parseArgs', () => {
     [['a', '--', '--json', '-f'], {}, ['a', '--json', '-f']],
     [['--bus', 'a', '--bus', 'b'], { bus: 'b' }, []],
     [['-'], {}, ['-']],
+    [['--bus', '--json'], { bus: '--json' }, []],
+    [['--bus='], { bus: '' }, []],
+    [[''], {}, ['']],
   ])('%j', (argv, options, positionals) => {
     expect(parseArgs(argv, SPECS)).toEqual({ options, positionals, rest: [] });
   });
@@ -33,6 +36,10 @@ describe('parseArgs', () => {
     [['--bus'], /option --bus needs a value \(ADDRESS\)/],
     [['-f'], /option -f needs a value \(FILE\)/],
     [['--json=yes'], /option --json takes no value/],
+    [['-hf', 'x'], /unknown option -hf/],
+    [['-fspec.yaml'], /unknown option -fspec\.yaml/],
+    [['-1'], /unknown option -1/],
+    [['--bogus=1'], /unknown option --bogus$/],
   ])('%j is a usage error', (argv, message) => {
     expect(() => parseArgs(argv, SPECS, { command: 'create' })).toThrow(message);
     try {
@@ -49,6 +56,11 @@ describe('parseArgs', () => {
       options: { json: true },
       positionals: [],
       rest: ['delete', 'web-1', '--wait'],
+    });
+    expect(parseArgs(['--json', '--', 'delete', '--bogus'], SPECS, { stopAtPositional: true })).toEqual({
+      options: { json: true },
+      positionals: [],
+      rest: ['delete', '--bogus'],
     });
   });
 });
