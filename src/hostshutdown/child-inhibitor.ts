@@ -1,7 +1,13 @@
 import type { Clock } from '../lifecycle/clock.js';
 import type { Logger } from '../logging/logger.js';
 import { describeError } from '../machine/errors.js';
-import type { InhibitorLock } from './host-platform.js';
+
+/** A logind "delay" inhibitor lock on shutdown, however it is held. */
+export interface InhibitorLock {
+  /** 'fd': logind's pipe fd held by us; 'child': a systemd-inhibit child holds it. */
+  readonly kind: 'fd' | 'child';
+  release(): void;
+}
 
 // The fallback lock when logind's fd cannot reach us: a `systemd-inhibit ... sleep infinity`
 // child holds it. A child that is alive has not necessarily got the lock (it may still wait for

@@ -6,7 +6,7 @@ import { systemClock, type Clock } from '../lifecycle/clock.js';
 import { withTimeout } from '../lifecycle/with-timeout.js';
 import type { Logger } from '../logging/logger.js';
 import { describeError } from '../machine/errors.js';
-import { inhibitWithChild, type InhibitorEntry } from './child-inhibitor.js';
+import { inhibitWithChild, type InhibitorEntry, type InhibitorLock } from './child-inhibitor.js';
 
 // The agent talks to logind and systemd only through HostPlatform, so unit tests pass a fake.
 // The real one uses its own connection to the system bus (the agent's own bus may be a private
@@ -14,11 +14,7 @@ import { inhibitWithChild, type InhibitorEntry } from './child-inhibitor.js';
 // back to a `systemd-inhibit ... sleep infinity` child when the fd never arrives. A lost
 // connection is reported (onConnectionLost) and the next call opens a new one.
 
-export interface InhibitorLock {
-  /** 'fd': logind's pipe fd held by us; 'child': a systemd-inhibit child holds it. */
-  readonly kind: 'fd' | 'child';
-  release(): void;
-}
+export type { InhibitorLock } from './child-inhibitor.js';
 
 export interface HostPlatform {
   /** org.freedesktop.systemd1.Manager.SystemState ("running", "degraded", "stopping", ...). */
