@@ -65,3 +65,18 @@ export const namedList = <S extends v.GenericSchema<unknown, { name: string }>>(
       }
     }),
   );
+
+/**
+ * A JSON object whose unknown keys are dropped rather than refused (a stored record: what an
+ * older or newer writer left is no reason to lose a machine). An absent key gets the message of
+ * its own field's schema, as if it had been given the wrong type.
+ */
+export const knownKeysObject = <E extends v.ObjectEntries>(entries: E) =>
+  v.pipe(
+    v.custom<Record<string, unknown>>(isPlainObject, 'must be an object'),
+    v.object(entries, (issue) => {
+      const key = issue.path?.at(-1)?.key;
+      const fieldMessage = typeof key === 'string' && Object.hasOwn(entries, key) ? (entries[key] as { message?: unknown }).message : undefined;
+      return typeof fieldMessage === 'string' ? fieldMessage : 'must be an object';
+    }),
+  );

@@ -6,10 +6,8 @@ import type { MachineSpec, PowerState } from './spec.js';
 
 export type MachineState = 'pending' | 'running' | 'stopping' | 'stopped' | 'terminating' | 'terminated' | 'error';
 
-/** Finalizer that keeps a record alive until the agent has removed the domain and its disks. */
-export const DOMAIN_FINALIZER = 'vmkeeper/domain';
-
-export const RECORD_API_VERSION = 'vmkeeper/v1';
+/** The on-disk format this agent writes; older ones are migrated at load (store/record-migration.ts). */
+export const RECORD_API_VERSION = 'vmkeeper/v2';
 
 /** The spec as stored: annotations live once, in MachineRecord.annotations, and change apart from it. */
 export type StoredSpec = Omit<MachineSpec, 'annotations'>;
@@ -25,10 +23,8 @@ export interface MachineStatus {
   forceStoppedAt: number;
   /** Grace period in force for the shutdown in progress. */
   gracePeriodSec: number;
-  /** Whether a domain was ever defined for this record (a never-defined one is removed at once). */
+  /** Whether a domain was ever defined for this record: one gone missing since is reported. */
   domainDefined: boolean;
-  /** Files the agent created for this machine, to delete with it. */
-  createdFiles: string[];
   message: string;
 }
 
@@ -42,7 +38,6 @@ export interface MachineRecord {
   /** Grace asked for at deletion; the deadline itself lives in status.forceStopAt. */
   deletionGracePeriodSec: number;
   resourceVersion: number;
-  finalizers: string[];
   annotations: Annotations;
   spec: StoredSpec;
   status: MachineStatus;
@@ -57,7 +52,6 @@ export function newStatus(): MachineStatus {
     forceStoppedAt: 0,
     gracePeriodSec: 0,
     domainDefined: false,
-    createdFiles: [],
     message: '',
   };
 }
@@ -78,9 +72,7 @@ export function splitSpec(spec: MachineSpec): { spec: StoredSpec; annotations: A
  * annotations. The one place both are joined, so no stale copy can be shown.
  */
 export function specView(r: MachineRecord): MachineSpec {
-  // A record written before annotations moved out may still carry spec.annotations: never show it.
-  const { annotations: _legacy, ...stored } = r.spec as StoredSpec & { annotations?: unknown };
-  return { ...stored, annotations: copyAnnotations(r.annotations) };
+  return { ...r.spec, annotations: copyAnnotations(r.annotations) };
 }
 
 /** A deep copy, so a record handed out can never be mutated behind the store's back. */

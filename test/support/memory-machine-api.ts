@@ -2,7 +2,7 @@ import { EventEmitter } from 'node:events';
 import { randomUUID } from 'node:crypto';
 import { AgentError, machineExists, noSuchMachine } from '../../src/machine/errors.js';
 import { domainNameFor, validateMachineName } from '../../src/machine/names.js';
-import { DOMAIN_FINALIZER, RECORD_API_VERSION, cloneRecord, newStatus, splitSpec, type MachineRecord } from '../../src/machine/record.js';
+import { RECORD_API_VERSION, cloneRecord, newStatus, splitSpec, type MachineRecord } from '../../src/machine/record.js';
 import { DEFAULT_SPEC_LIMITS, parseAnnotations, parseMachineSpec, parsePower, type SpecLimits } from '../../src/machine/spec.js';
 import type { AgentEvent, MachineApi, MachineApiEvents, ManagerInfo } from '../../src/service/api.js';
 
@@ -105,7 +105,6 @@ export class MemoryMachineApi implements MachineApi {
       deletionTimestamp: 0,
       deletionGracePeriodSec: 0,
       resourceVersion: 1,
-      finalizers: [DOMAIN_FINALIZER],
       annotations,
       spec,
       status: newStatus(),
