@@ -6,7 +6,7 @@ import { validate } from '../machine/schema-issues.js';
 import { ConfigError } from './errors.js';
 import { type Flags, parseFlags } from './flags.js';
 import { imageDirProblem, stateDirProblem } from './path-rules.js';
-import { CONFIG_FIELDS, CONFIG_FILE_SCHEMA, type KeyPath, absolutePath, applyGiven, formatKeyPath, givenKeyPaths } from './schema.js';
+import { CONFIG_FIELDS, CONFIG_FILE_SCHEMA, type KeyPath, absolutePath, applyGiven, formatKeyPath } from './schema.js';
 
 // Built-in defaults < STATE_DIRECTORY / systemd log detection < config file < flags.
 
@@ -102,8 +102,8 @@ function applyFile(file: string, text: string, config: Config): AppliedFile {
     const { keyPath, why } = result.problem;
     throw new ConfigError(file, lineOf(doc, lineCounter, keyPath), formatKeyPath(keyPath), why);
   }
-  applyGiven(result.value, config as unknown as Record<string, unknown>);
-  return { source: file, given: givenKeyPaths(result.value), lineOf: (keyPath) => lineOf(doc, lineCounter, keyPath) };
+  const given = applyGiven(result.value, config as unknown as Record<string, unknown>);
+  return { source: file, given, lineOf: (keyPath) => lineOf(doc, lineCounter, keyPath) };
 }
 
 /** Line of the deepest node on keyPath that exists: the key itself when present. */

@@ -113,24 +113,22 @@ function sectionSchema(section: Section): v.GenericSchema {
 /** The config file as parsed YAML: only the keys it gives. */
 export const CONFIG_FILE_SCHEMA = sectionSchema(CONFIG_FIELDS) as v.GenericSchema<unknown, Given<typeof CONFIG_FIELDS> | null | undefined>;
 
-/** The dotted key paths a parsed file gave a value for. */
-export function givenKeyPaths(values: object | null | undefined, prefix = ''): Set<string> {
+/**
+ * Copies what a parsed file gave over target, section by section; returns the dotted key paths
+ * given (an empty section gives none).
+ */
+export function applyGiven(values: object | null | undefined, target: Record<string, unknown>, prefix = ''): Set<string> {
   const given = new Set<string>();
   for (const [k, value] of Object.entries(values ?? {})) {
     if (value === null || value === undefined) continue;
-    if (isPlainObject(value)) for (const g of givenKeyPaths(value, `${prefix}${k}.`)) given.add(g);
-    else given.add(prefix + k);
+    if (isPlainObject(value)) {
+      for (const g of applyGiven(value, target[k] as Record<string, unknown>, `${prefix}${k}.`)) given.add(g);
+    } else {
+      target[k] = value;
+      given.add(prefix + k);
+    }
   }
   return given;
-}
-
-/** Copies what a parsed file gave over target, section by section. */
-export function applyGiven(values: object | null | undefined, target: Record<string, unknown>): void {
-  for (const [k, value] of Object.entries(values ?? {})) {
-    if (value === null || value === undefined) continue;
-    if (isPlainObject(value)) applyGiven(value, target[k] as Record<string, unknown>);
-    else target[k] = value;
-  }
 }
 
 /** "machines.sweepIntervalSec", "imageDirectories[1]" */
