@@ -1,11 +1,9 @@
-import * as v from 'valibot';
 import { keepValidAnnotations } from '../machine/annotations.js';
-import { knownKeysObject } from '../machine/field-schemas.js';
 import { domainNameFor, validateMachineName } from '../machine/names.js';
 import type { MachineRecord } from '../machine/record.js';
+import { recordFieldsSchema } from '../machine/record-schema.js';
 import { type FieldProblem, isPlainObject, validate } from '../machine/schema-issues.js';
 import type { SpecLimits } from '../machine/spec.js';
-import { machineSpecSchema } from '../machine/spec-schema.js';
 import { jsonErrorOffset } from './json-error-offset.js';
 import { migrateToCurrent } from './record-migration.js';
 import { InvalidStoredRecord } from './stored-record-error.js';
@@ -17,51 +15,8 @@ export { InvalidStoredRecord } from './stored-record-error.js';
 // restores and hand edits: a record that would not be accepted over D-Bus is never acted on.
 // Reasons name fields, never values: the file may be a copy of anything.
 
-const STATES = ['pending', 'running', 'stopping', 'stopped', 'terminating', 'terminated', 'error'] as const;
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 /** A key safe to log; anything else (a key made of arbitrary text) is not shown. */
 const LOGGABLE_KEY = /^[A-Za-z0-9_-]{1,64}$/;
-
-const NUMBER = 'must be a number >= 0';
-const time = v.pipe(v.number(NUMBER), v.finite(NUMBER), v.minValue(0, NUMBER));
-
-const statusSchema = knownKeysObject({
-  state: v.picklist(STATES, `must be one of ${STATES.join(', ')}`),
-  shutdownRequestedAt: time,
-  forceStopAt: time,
-  lastShutdownSentAt: time,
-  forceStoppedAt: time,
-  gracePeriodSec: time,
-  domainDefined: v.boolean('must be a boolean'),
-  message: v.string('must be a string'),
-});
-
-/** The spec as the API checks it, minus annotations: a current record keeps them once, outside. */
-function storedSpecSchema(limits: SpecLimits) {
-  return v.pipe(
-    v.custom<Record<string, unknown>>(isPlainObject, 'must be an object'),
-    v.rawCheck<Record<string, unknown>>(({ dataset, addIssue }) => {
-      if (dataset.typed && Object.hasOwn(dataset.value, 'annotations')) {
-        addIssue({ message: 'unknown key', path: [{ type: 'object', origin: 'key', input: dataset.value, key: 'annotations', value: dataset.value.annotations }] });
-      }
-    }),
-    machineSpecSchema(limits),
-    v.transform(({ annotations: _none, ...stored }) => stored),
-  );
-}
-
-function storedRecordSchema(limits: SpecLimits) {
-  return knownKeysObject({
-    uuid: v.pipe(v.string('must be a UUID'), v.regex(UUID, 'must be a UUID')),
-    createdAt: time,
-    deletionTimestamp: time,
-    deletionGracePeriodSec: time,
-    resourceVersion: time,
-    annotations: v.custom<Record<string, unknown>>(isPlainObject, 'must be an object'),
-    spec: storedSpecSchema(limits),
-    status: statusSchema,
-  });
-}
 
 /** "spec.disks[0].image"; a key that is not plainly ours is not shown. */
 function reasonField(problem: FieldProblem): string {
@@ -75,10 +30,10 @@ function reasonField(problem: FieldProblem): string {
 }
 
 export class StoredRecordValidator {
-  private readonly schema: ReturnType<typeof storedRecordSchema>;
+  private readonly schema: ReturnType<typeof recordFieldsSchema>;
 
   constructor(limits: SpecLimits) {
-    this.schema = storedRecordSchema(limits);
+    this.schema = recordFieldsSchema(limits);
   }
 
   /**
