@@ -6,7 +6,7 @@ import { randomUUID } from 'node:crypto';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { DOMAIN_FINALIZER, RECORD_API_VERSION, newStatus, type MachineRecord } from '../src/machine/record.js';
+import { RECORD_API_VERSION, newStatus, type MachineRecord } from '../src/machine/record.js';
 import { domainNameFor } from '../src/machine/names.js';
 import { spawnAgent, type AgentProcess } from '../test/support/agent-process.js';
 import { startSessionBus, type PrivateBus } from '../test/support/dbus-daemon.js';
@@ -24,7 +24,6 @@ export function settledRecord(name: string, uuid: string, r: Pick<MachineRecord,
     deletionTimestamp: 0,
     deletionGracePeriodSec: 0,
     resourceVersion: 1,
-    finalizers: [DOMAIN_FINALIZER],
     ...r,
   };
 }

@@ -34,6 +34,7 @@ section('start-up to READY', await startupBench(10_000, quick ? 1 : 3));
 section('idle RSS and CPU', await idleBench(quick ? 10 : 30));
 section('force-stop lateness and sweeper (bench/sweeper.bench.ts)', runScript('sweeper.bench.ts'));
 section('record store load (bench/store-load.bench.ts)', runScript('store-load.bench.ts'));
+section('schema library (bench/schema-startup.bench.ts)', runScript('schema-startup.bench.ts'));
 section('load: 200 clients', await loadBench(quick ? 15 : Number(process.env.VMKEEPER_LOAD_SECONDS ?? 60)));
 console.log(`\nload average at end: ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}`);
 process.exit(0);

@@ -1,35 +1,17 @@
 import type { SpecLimits } from '../machine/spec.js';
 import { DEFAULT_SPEC_LIMITS } from '../machine/spec.js';
+import type { CONFIG_FIELDS, FieldValues } from './schema.js';
 
-// The agent's one typed configuration. Defaults live here; config/config.yaml mirrors them and a
-// test keeps the two equal. The reference is docs/configuration.md.
+// The agent's one typed configuration, its type from the schema (schema.ts). Defaults live here;
+// config/config.yaml mirrors them and a test keeps the two equal. The reference is docs/configuration.md.
 
-export type LogLevel = 'error' | 'warn' | 'info' | 'debug';
-export type LogFormat = 'journal' | 'text' | 'json';
-export type DomainType = 'kvm' | 'qemu';
+type FileValues = FieldValues<typeof CONFIG_FIELDS>;
+export type LogLevel = FileValues['log']['level'];
+/** The file's "auto" is resolved at load: the agent always runs with one of these. */
+export type LogFormat = Exclude<FileValues['log']['format'], 'auto'>;
+export type DomainType = FileValues['defaultDomainType'];
 
-export interface Config {
-  /** 'system', 'session' or a D-Bus address such as unix:path=/run/x. */
-  bus: string;
-  libvirt: { uri: string; callTimeoutSec: number };
-  stateDir: string;
-  imageDirectories: string[];
-  defaultDomainType: DomainType;
-  machines: {
-    defaultGracePeriodSec: number;
-    sweepIntervalSec: number;
-    shutdownRetryIntervalSec: number;
-    resyncIntervalSec: number;
-    pollIntervalMs: number;
-  };
-  hostShutdown: {
-    action: 'shutdown' | 'leave';
-    timeoutSec: number;
-    parallelism: number;
-    onServiceStop: 'leave' | 'shutdown';
-  };
-  log: { level: LogLevel; format: LogFormat };
-}
+export type Config = Omit<FileValues, 'log'> & { log: { level: LogLevel; format: LogFormat } };
 
 export const DEFAULT_STATE_DIR = '/var/lib/vmkeeper';
 export const DEFAULT_CONFIG_PATH = '/etc/vmkeeper/config.yaml';

@@ -19,10 +19,3 @@ export class ConfigError extends Error {
   }
 }
 
-/** Thrown by a field validator; the loader adds file, line and key. */
-export class InvalidValue extends Error {
-  constructor(why: string) {
-    super(why);
-    this.name = 'InvalidValue';
-  }
-}

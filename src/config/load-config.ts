@@ -1,10 +1,12 @@
 import { readFileSync } from 'node:fs';
 import { isMap, isSeq, LineCounter, parseDocument, type Document } from 'yaml';
 import { type Config, DEFAULT_CONFIG_PATH, defaultConfig } from './config.js';
-import { ConfigError, InvalidValue } from './errors.js';
+import type * as v from 'valibot';
+import { validate } from '../machine/schema-issues.js';
+import { ConfigError } from './errors.js';
 import { type Flags, parseFlags } from './flags.js';
 import { imageDirProblem, stateDirProblem } from './path-rules.js';
-import { CONFIG_SCHEMA, FieldError, type KeyPath, type Parse, type Section, absolutePath, applySection, formatKeyPath } from './schema.js';
+import { CONFIG_FIELDS, CONFIG_FILE_SCHEMA, type KeyPath, absolutePath, applyGiven, formatKeyPath } from './schema.js';
 
 // Built-in defaults < STATE_DIRECTORY / systemd log detection < config file < flags.
 
@@ -95,13 +97,13 @@ function applyFile(file: string, text: string, config: Config): AppliedFile {
   } catch (err) {
     throw new ConfigError(file, undefined, '', `YAML aliases expand too far (more than ${MAX_YAML_ALIASES}): refusing a possible alias bomb`, { cause: err });
   }
-  try {
-    const given = applySection(raw, CONFIG_SCHEMA, config as unknown as Record<string, unknown>);
-    return { source: file, given, lineOf: (keyPath) => lineOf(doc, lineCounter, keyPath) };
-  } catch (err) {
-    if (!(err instanceof FieldError)) throw err;
-    throw new ConfigError(file, lineOf(doc, lineCounter, err.keyPath), formatKeyPath(err.keyPath), err.message);
+  const result = validate(CONFIG_FILE_SCHEMA, raw);
+  if (!result.ok) {
+    const { keyPath, why } = result.problem;
+    throw new ConfigError(file, lineOf(doc, lineCounter, keyPath), formatKeyPath(keyPath), why);
   }
+  const given = applyGiven(result.value, config as unknown as Record<string, unknown>);
+  return { source: file, given, lineOf: (keyPath) => lineOf(doc, lineCounter, keyPath) };
 }
 
 /** Line of the deepest node on keyPath that exists: the key itself when present. */
@@ -132,12 +134,9 @@ function applyEnv(env: NodeJS.ProcessEnv, config: Config, given: Set<string>): b
   if (!given.has('stateDir') && env.STATE_DIRECTORY) {
     // systemd lists one path per StateDirectory= entry, colon-separated; ours is the first.
     const first = env.STATE_DIRECTORY.split(':')[0]!;
-    try {
-      config.stateDir = absolutePath(first) as string;
-    } catch (err) {
-      if (!(err instanceof InvalidValue)) throw err;
-      throw new ConfigError('environment', undefined, 'STATE_DIRECTORY', err.message);
-    }
+    const result = validate(absolutePath, first);
+    if (!result.ok) throw new ConfigError('environment', undefined, 'STATE_DIRECTORY', result.problem.why);
+    config.stateDir = result.value;
     return true;
   }
   return false;
@@ -157,23 +156,20 @@ function checkDirectories(config: Config, imageDirsGiven: boolean, error: (keyPa
 }
 
 function applyFlags(flags: Flags, config: Config): void {
-  const set = <T>(flag: string, value: T | undefined, parse: Section | Parse, assign: (v: never) => void) => {
+  const set = <S extends v.GenericSchema>(flag: string, value: unknown, schema: S, assign: (value: v.InferOutput<S>) => void) => {
     if (value === undefined) return;
-    try {
-      assign((parse as Parse)(value) as never);
-    } catch (err) {
-      if (!(err instanceof InvalidValue)) throw err;
-      throw new ConfigError('command line', undefined, flag, err.message.replace(/^\[\d+\] /, ''));
-    }
+    const result = validate(schema, value);
+    if (!result.ok) throw new ConfigError('command line', undefined, flag, result.problem.why);
+    assign(result.value);
   };
-  const s = CONFIG_SCHEMA;
-  const sub = (k: string) => s[k] as Section;
-  set('--bus', flags.bus, s.bus!, (v) => (config.bus = v));
-  set('--libvirt-uri', flags.libvirtUri, sub('libvirt').uri!, (v) => (config.libvirt.uri = v));
-  set('--state-dir', flags.stateDir, s.stateDir!, (v) => (config.stateDir = v));
-  set('--image-dir', flags.imageDirs, s.imageDirectories!, (v) => (config.imageDirectories = v));
-  set('--log-level', flags.logLevel, sub('log').level!, (v) => (config.log.level = v));
-  set('--log-format', flags.logFormat, sub('log').format!, (v) => (config.log.format = v));
+  const f = CONFIG_FIELDS;
+  set('--bus', flags.bus, f.bus, (value) => (config.bus = value));
+  set('--libvirt-uri', flags.libvirtUri, f.libvirt.uri, (value) => (config.libvirt.uri = value));
+  set('--state-dir', flags.stateDir, f.stateDir, (value) => (config.stateDir = value));
+  set('--image-dir', flags.imageDirs, f.imageDirectories, (value) => (config.imageDirectories = value));
+  set('--log-level', flags.logLevel, f.log.level, (value) => (config.log.level = value));
+  // "auto" is resolved once every source has spoken (loadConfig).
+  set('--log-format', flags.logFormat, f.log.format, (value) => (config.log.format = value as Config['log']['format']));
 }
 
 function deepFreeze<T>(value: T): T {

@@ -1,13 +1,12 @@
 import path from 'node:path';
-import { InvalidValue } from './errors.js';
+import * as v from 'valibot';
+import { dottedPath, isPlainObject, type KeyPath } from '../machine/schema-issues.js';
 
-// The shape of the config file: sections hold fields, each field a parser that throws InvalidValue.
-// One table drives file validation, flag parsing and the docs test, so they cannot disagree.
+export type { KeyPath } from '../machine/schema-issues.js';
 
-export type Parse = (value: unknown) => unknown;
-export interface Section {
-  [key: string]: Section | Parse;
-}
+// The shape of the config file: sections hold fields, each field a valibot schema whose message
+// says what is wrong and shows the value. One table drives file validation, flag parsing, the
+// Config type (config.ts) and the docs test, so they cannot disagree.
 
 /** A short, quoted rendering of a bad value for messages. */
 export function shown(value: unknown): string {
@@ -20,59 +19,47 @@ export function shown(value: unknown): string {
   return text.length > 60 ? `${text.slice(0, 57)}...` : text;
 }
 
-export function integer(min: number, max: number): Parse {
+const got = (why: string) => (issue: v.BaseIssue<unknown>) => `${why} (got ${shown(issue.input)})`;
+
+export function integer(min: number, max: number) {
   const kind = min >= 1 ? 'a positive integer' : 'a non-negative integer';
-  return (v) => {
-    if (typeof v !== 'number' || !Number.isInteger(v)) throw new InvalidValue(`must be ${kind} (got ${shown(v)})`);
-    if (v < min || v > max) throw new InvalidValue(`must be between ${min} and ${max} (got ${v})`);
-    return v;
-  };
+  return v.pipe(
+    v.custom<number>((x) => typeof x === 'number' && Number.isInteger(x), got(`must be ${kind}`)),
+    v.check((x) => x >= min && x <= max, got(`must be between ${min} and ${max}`)),
+  );
 }
 
-export function oneOf<T extends string>(...values: T[]): Parse {
-  return (v) => {
-    if (typeof v !== 'string' || !(values as string[]).includes(v)) {
-      throw new InvalidValue(`must be one of ${values.map((x) => `"${x}"`).join(', ')} (got ${shown(v)})`);
-    }
-    return v;
-  };
+export function oneOf<const T extends readonly [string, ...string[]]>(...values: T) {
+  return v.picklist(values, got(`must be one of ${values.map((x) => `"${x}"`).join(', ')}`));
 }
 
-export const absolutePath: Parse = (v) => {
-  if (typeof v !== 'string' || v === '') throw new InvalidValue(`must be an absolute path (got ${shown(v)})`);
-  if (!path.isAbsolute(v)) throw new InvalidValue(`must be an absolute path (got ${shown(v)})`);
-  if (/[\u0000-\u001f]/.test(v)) throw new InvalidValue('must not contain control characters');
+export const absolutePath = v.pipe(
+  v.custom<string>((x) => typeof x === 'string' && path.isAbsolute(x), got('must be an absolute path')),
+  v.check((x) => !/[\u0000-\u001f]/.test(x), 'must not contain control characters'),
   // Normalised so image-directory prefix checks in spec.ts compare like with like.
-  const normal = path.normalize(v);
-  return normal.length > 1 && normal.endsWith('/') ? normal.slice(0, -1) : normal;
-};
+  v.transform((x) => {
+    const normal = path.normalize(x);
+    return normal.length > 1 && normal.endsWith('/') ? normal.slice(0, -1) : normal;
+  }),
+);
 
-export const pathList: Parse = (v) => {
-  if (!Array.isArray(v) || v.length === 0) throw new InvalidValue(`must be a non-empty list of absolute paths (got ${shown(v)})`);
-  return v.map((item, i) => {
-    try {
-      return absolutePath(item);
-    } catch (err) {
-      throw new InvalidValue(`[${i}] ${(err as Error).message}`);
-    }
-  });
-};
+export const pathList = v.pipe(
+  v.custom<unknown[]>((x) => Array.isArray(x) && x.length > 0, got('must be a non-empty list of absolute paths')),
+  v.array(absolutePath),
+);
 
-export const busAddress: Parse = (v) => {
-  if (v === 'system' || v === 'session') return v;
+export const busAddress = v.custom<string>(
   // A D-Bus address is transport:key=value[,key=value]; anything else is surely a typo.
-  if (typeof v === 'string' && /^[a-z]+:([^=,;]+=[^,;]*)(,[^=,;]+=[^,;]*)*(;.*)?$/.test(v)) return v;
-  throw new InvalidValue(`must be "system", "session" or a D-Bus address like "unix:path=/run/bus" (got ${shown(v)})`);
-};
+  (x) => x === 'system' || x === 'session' || (typeof x === 'string' && /^[a-z]+:([^=,;]+=[^,;]*)(,[^=,;]+=[^,;]*)*(;.*)?$/.test(x)),
+  got('must be "system", "session" or a D-Bus address like "unix:path=/run/bus"'),
+);
 
-export const libvirtUri: Parse = (v) => {
-  if (typeof v !== 'string' || !/^[a-z][a-z0-9+.-]*:\/\/\S*$/.test(v)) {
-    throw new InvalidValue(`must be a libvirt URI like "qemu:///system" (got ${shown(v)})`);
-  }
-  return v;
-};
+export const libvirtUri = v.custom<string>(
+  (x) => typeof x === 'string' && /^[a-z][a-z0-9+.-]*:\/\/\S*$/.test(x),
+  got('must be a libvirt URI like "qemu:///system"'),
+);
 
-export const CONFIG_SCHEMA: Section = {
+export const CONFIG_FIELDS = {
   bus: busAddress,
   libvirt: { uri: libvirtUri, callTimeoutSec: integer(1, 3600) },
   stateDir: absolutePath,
@@ -94,52 +81,51 @@ export const CONFIG_SCHEMA: Section = {
   log: { level: oneOf('error', 'warn', 'info', 'debug'), format: oneOf('auto', 'journal', 'text', 'json') },
 };
 
-export type KeyPath = (string | number)[];
-
-/** A validation failure at a key path (the loader turns it into a ConfigError with a line). */
-export class FieldError extends Error {
-  constructor(
-    readonly keyPath: KeyPath,
-    why: string,
-  ) {
-    super(why);
-  }
+interface Section {
+  [key: string]: Section | v.GenericSchema;
 }
+const isField = (entry: Section | v.GenericSchema): entry is v.GenericSchema => 'kind' in entry && entry.kind === 'schema';
 
-function isPlainObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
+/** What each field yields, by section: the shape of Config before "auto" is resolved. */
+export type FieldValues<S> = { -readonly [K in keyof S]: S[K] extends v.GenericSchema ? v.InferOutput<S[K]> : FieldValues<S[K]> };
+type Given<S> = { [K in keyof S]?: S[K] extends v.GenericSchema ? v.InferOutput<S[K]> : Given<S[K]> | null };
+
+/** Every field's dotted key path: "machines.sweepIntervalSec". */
+export function fieldKeyPaths(section: Section = CONFIG_FIELDS, prefix = ''): string[] {
+  return Object.entries(section).flatMap(([k, entry]) => (isField(entry) ? [prefix + k] : fieldKeyPaths(entry, `${prefix}${k}.`)));
 }
 
 /**
- * Validates raw (parsed YAML) against the schema and writes the parsed values into target.
- * Unknown keys are rejected so a typo never silently becomes a default. Returns the set of
- * key paths (dotted) that were given.
+ * A section of the file: every field optional, unknown keys refused so a typo never silently
+ * becomes a default. An empty section ("machines:" with every child commented out) parses as null.
  */
-export function applySection(raw: unknown, schema: Section, target: Record<string, unknown>, at: KeyPath = []): Set<string> {
+function sectionSchema(section: Section): v.GenericSchema {
+  const entries = Object.fromEntries(Object.entries(section).map(([k, entry]) => [k, v.optional(isField(entry) ? entry : sectionSchema(entry))]));
+  const known = Object.keys(section).join(', ');
+  return v.nullish(
+    v.pipe(
+      v.custom<Record<string, unknown>>(isPlainObject, got('must be a mapping')),
+      v.strictObject(entries, `unknown key (expected one of: ${known})`),
+    ),
+  );
+}
+
+/** The config file as parsed YAML: only the keys it gives. */
+export const CONFIG_FILE_SCHEMA = sectionSchema(CONFIG_FIELDS) as v.GenericSchema<unknown, Given<typeof CONFIG_FIELDS> | null | undefined>;
+
+/**
+ * Copies what a parsed file gave over target, section by section; returns the dotted key paths
+ * given (an empty section gives none).
+ */
+export function applyGiven(values: object | null | undefined, target: Record<string, unknown>, prefix = ''): Set<string> {
   const given = new Set<string>();
-  // An empty section ("machines:" with every child commented out) parses as null: keep defaults.
-  if (raw === null || raw === undefined) return given;
-  if (!isPlainObject(raw)) throw new FieldError(at, `must be a mapping (got ${shown(raw)})`);
-  for (const [key, value] of Object.entries(raw)) {
-    const here = [...at, key];
-    const field = Object.hasOwn(schema, key) ? schema[key] : undefined;
-    if (field === undefined) {
-      throw new FieldError(here, `unknown key (expected one of: ${Object.keys(schema).join(', ')})`);
-    }
-    if (typeof field === 'function') {
-      try {
-        target[key] = field(value);
-      } catch (err) {
-        if (!(err instanceof InvalidValue)) throw err;
-        // pathList reports "[i] why": point the key path at the item.
-        const item = /^\[(\d+)\] (.*)$/s.exec(err.message);
-        if (item) throw new FieldError([...here, Number(item[1])], item[2]!);
-        throw new FieldError(here, err.message);
-      }
-      given.add(here.join('.'));
+  for (const [k, value] of Object.entries(values ?? {})) {
+    if (value === null || value === undefined) continue;
+    if (isPlainObject(value)) {
+      for (const g of applyGiven(value, target[k] as Record<string, unknown>, `${prefix}${k}.`)) given.add(g);
     } else {
-      const sub = applySection(value, field, target[key] as Record<string, unknown>, here);
-      for (const g of sub) given.add(g);
+      target[k] = value;
+      given.add(prefix + k);
     }
   }
   return given;
@@ -147,5 +133,5 @@ export function applySection(raw: unknown, schema: Section, target: Record<strin
 
 /** "machines.sweepIntervalSec", "imageDirectories[1]" */
 export function formatKeyPath(keyPath: KeyPath): string {
-  return keyPath.map((k, i) => (typeof k === 'number' ? `[${k}]` : i === 0 ? k : `.${k}`)).join('');
+  return dottedPath({ keyPath, atMapKey: false });
 }

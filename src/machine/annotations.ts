@@ -1,4 +1,6 @@
+import * as v from 'valibot';
 import { invalidSpec } from './errors.js';
+import { dottedPath, isPlainObject, mapEntryPath, validate } from './schema-issues.js';
 import { textProblem } from './text-rules.js';
 
 // Annotation grammar (docs/dbus-api.md), modelled on Kubernetes annotations: a key is an optional
@@ -42,49 +44,57 @@ export function annotationKeyProblem(key: string): string | undefined {
   return undefined;
 }
 
-/** A shortened, JSON-quoted key for error messages (the key itself may be hostile). */
-function shown(key: string): string {
-  return JSON.stringify(key.length > 64 ? `${key.slice(0, 64)}...` : key);
+/** Why an entry breaks the grammar: at its key, or at its value; undefined when it is fine. */
+function entryProblem(key: string, value: unknown): { at: 'key' | 'value'; why: string } | undefined {
+  const keyProblem = annotationKeyProblem(key) ?? textProblem(key);
+  if (keyProblem) return { at: 'key', why: `key ${keyProblem}` };
+  if (typeof value !== 'string') return { at: 'value', why: 'must be a string' };
+  const valueProblem = textProblem(value, true);
+  return valueProblem ? { at: 'value', why: valueProblem } : undefined;
 }
 
+/** An annotation map from a caller: the grammar, the count and the size, output without a prototype. */
+export const annotationsSchema = v.pipe(
+  v.custom<Record<string, unknown>>(isPlainObject, 'must be an object of strings'),
+  v.check((map) => Object.keys(map).length <= MAX_ANNOTATIONS, `must have at most ${MAX_ANNOTATIONS} entries`),
+  v.rawCheck<Record<string, unknown>>(({ dataset, addIssue }) => {
+    if (!dataset.typed) return;
+    let bytes = 0;
+    for (const [key, value] of Object.entries(dataset.value)) {
+      const problem = entryProblem(key, value);
+      if (problem) return addIssue({ message: problem.why, path: mapEntryPath(dataset.value, key, problem.at) });
+      bytes += Buffer.byteLength(key, 'utf8') + Buffer.byteLength(value as string, 'utf8');
+      if (bytes > MAX_ANNOTATIONS_BYTES) return addIssue({ message: `keys and values must total at most ${MAX_ANNOTATIONS_BYTES} bytes` });
+    }
+  }),
+  v.transform((map) => Object.assign(emptyAnnotations(), map as Annotations)),
+);
+
 /** Validates an annotation map from a caller; throws InvalidSpec naming the key at fault. */
-export function parseAnnotations(v: unknown, field = 'annotations'): Annotations {
-  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw invalidSpec(field, 'must be an object of strings');
-  const entries = Object.entries(v);
-  if (entries.length > MAX_ANNOTATIONS) throw invalidSpec(field, `must have at most ${MAX_ANNOTATIONS} entries`);
-  const out = emptyAnnotations();
-  let bytes = 0;
-  for (const [key, value] of entries) {
-    const keyProblem = annotationKeyProblem(key) ?? textProblem(key);
-    if (keyProblem) throw invalidSpec(`${field}[${shown(key)}]`, `key ${keyProblem}`);
-    if (typeof value !== 'string') throw invalidSpec(`${field}.${key}`, 'must be a string');
-    const valueProblem = textProblem(value, true);
-    if (valueProblem) throw invalidSpec(`${field}.${key}`, valueProblem);
-    bytes += Buffer.byteLength(key, 'utf8') + Buffer.byteLength(value, 'utf8');
-    if (bytes > MAX_ANNOTATIONS_BYTES) throw invalidSpec(field, `keys and values must total at most ${MAX_ANNOTATIONS_BYTES} bytes`);
-    out[key] = value;
-  }
-  return out;
+export function parseAnnotations(value: unknown, field = 'annotations'): Annotations {
+  const result = validate(annotationsSchema, value);
+  if (result.ok) return result.value;
+  const { keyPath, atMapKey, why } = result.problem;
+  throw invalidSpec(dottedPath({ keyPath: [field, ...keyPath], atMapKey }), why);
 }
 
 /**
  * For records written before the grammar was tightened: keeps the entries that meet it (within
  * the count and size bounds) and counts the rest, so an upgrade drops a stale annotation instead
- * of quarantining the whole machine. `v` must already be a plain object.
+ * of quarantining the whole machine. `map` must already be a plain object.
  */
-export function keepValidAnnotations(v: object): { kept: Annotations; dropped: number } {
+export function keepValidAnnotations(map: object): { kept: Annotations; dropped: number } {
   const kept = emptyAnnotations();
   let dropped = 0;
   let count = 0;
   let bytes = 0;
-  for (const [key, value] of Object.entries(v)) {
+  for (const [key, value] of Object.entries(map)) {
     const size = typeof value === 'string' ? Buffer.byteLength(key, 'utf8') + Buffer.byteLength(value, 'utf8') : 0;
-    const valid = typeof value === 'string' && !annotationKeyProblem(key) && !textProblem(key) && !textProblem(value, true);
-    if (!valid || count === MAX_ANNOTATIONS || bytes + size > MAX_ANNOTATIONS_BYTES) {
+    if (entryProblem(key, value) !== undefined || count === MAX_ANNOTATIONS || bytes + size > MAX_ANNOTATIONS_BYTES) {
       dropped++;
       continue;
     }
-    kept[key] = value;
+    kept[key] = value as string;
     count++;
     bytes += size;
   }

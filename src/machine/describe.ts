@@ -13,7 +13,6 @@ export function describeRecord(r: MachineRecord): string {
       deletionTimestamp: iso(r.deletionTimestamp),
       deletionGracePeriodSec: r.deletionTimestamp > 0 ? r.deletionGracePeriodSec : null,
       resourceVersion: r.resourceVersion,
-      finalizers: r.finalizers,
       annotations: r.annotations,
     },
     spec: specView(r),

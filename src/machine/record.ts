@@ -1,51 +1,28 @@
+import type * as v from 'valibot';
 import { copyAnnotations, type Annotations } from './annotations.js';
+import type { machineStatusSchema, recordFieldsSchema } from './record-schema.js';
 import type { MachineSpec, PowerState } from './spec.js';
 
-// The persisted machine record. Times are milliseconds since the epoch (0 = unset); the D-Bus
-// edge converts them to the microseconds the contract speaks.
+// The persisted machine record, its types from record-schema.ts. Times are milliseconds since the
+// epoch (0 = unset); the D-Bus edge converts them to the microseconds the contract speaks.
 
-export type MachineState = 'pending' | 'running' | 'stopping' | 'stopped' | 'terminating' | 'terminated' | 'error';
+/** The on-disk format this agent writes; older ones are migrated at load (store/record-migration.ts). */
+export const RECORD_API_VERSION = 'vmkeeper/v2';
 
-/** Finalizer that keeps a record alive until the agent has removed the domain and its disks. */
-export const DOMAIN_FINALIZER = 'vmkeeper/domain';
-
-export const RECORD_API_VERSION = 'vmkeeper/v1';
+export type MachineStatus = v.InferOutput<typeof machineStatusSchema>;
+export type MachineState = MachineStatus['state'];
 
 /** The spec as stored: annotations live once, in MachineRecord.annotations, and change apart from it. */
 export type StoredSpec = Omit<MachineSpec, 'annotations'>;
 
-export interface MachineStatus {
-  state: MachineState;
-  /** Set while a shutdown (deletion or power-off) is in progress. */
-  shutdownRequestedAt: number;
-  forceStopAt: number;
-  /** When the last ACPI request was sent: the retry timer runs from here. */
-  lastShutdownSentAt: number;
-  /** When the agent destroyed the domain because the deadline passed (0 = it went by itself). */
-  forceStoppedAt: number;
-  /** Grace period in force for the shutdown in progress. */
-  gracePeriodSec: number;
-  /** Whether a domain was ever defined for this record (a never-defined one is removed at once). */
-  domainDefined: boolean;
-  /** Files the agent created for this machine, to delete with it. */
-  createdFiles: string[];
-  message: string;
-}
+type CheckedFields = v.InferOutput<ReturnType<typeof recordFieldsSchema>>;
 
-export interface MachineRecord {
+export interface MachineRecord extends Omit<CheckedFields, 'annotations' | 'spec'> {
   apiVersion: typeof RECORD_API_VERSION;
   name: string;
-  uuid: string;
   domainName: string;
-  createdAt: number;
-  deletionTimestamp: number;
-  /** Grace asked for at deletion; the deadline itself lives in status.forceStopAt. */
-  deletionGracePeriodSec: number;
-  resourceVersion: number;
-  finalizers: string[];
   annotations: Annotations;
   spec: StoredSpec;
-  status: MachineStatus;
 }
 
 export function newStatus(): MachineStatus {
@@ -57,7 +34,6 @@ export function newStatus(): MachineStatus {
     forceStoppedAt: 0,
     gracePeriodSec: 0,
     domainDefined: false,
-    createdFiles: [],
     message: '',
   };
 }
@@ -78,9 +54,7 @@ export function splitSpec(spec: MachineSpec): { spec: StoredSpec; annotations: A
  * annotations. The one place both are joined, so no stale copy can be shown.
  */
 export function specView(r: MachineRecord): MachineSpec {
-  // A record written before annotations moved out may still carry spec.annotations: never show it.
-  const { annotations: _legacy, ...stored } = r.spec as StoredSpec & { annotations?: unknown };
-  return { ...stored, annotations: copyAnnotations(r.annotations) };
+  return { ...r.spec, annotations: copyAnnotations(r.annotations) };
 }
 
 /** A deep copy, so a record handed out can never be mutated behind the store's back. */

@@ -1,58 +1,21 @@
-import path from 'node:path';
-import { emptyAnnotations, parseAnnotations, type Annotations } from './annotations.js';
+import type * as v from 'valibot';
 import { invalidSpec } from './errors.js';
-import { textProblem } from './text-rules.js';
+import { dottedPath, validate } from './schema-issues.js';
+import { machineSpecSchema, powerSchema, type SpecLimits } from './spec-schema.js';
 
 export { parseAnnotations } from './annotations.js';
+export type { SpecLimits } from './spec-schema.js';
 
-// Machine spec, version 1 (docs/dbus-api.md). Validation is strict: unknown keys are rejected so
-// a typo never silently becomes a default.
+// Machine spec, version 1 (docs/dbus-api.md): its types, from the schema in spec-schema.ts, and the
+// two ways in (JSON text from a caller, a parsed object from a stored record).
 
-export type PowerState = 'on' | 'off';
-
+export type MachineSpec = v.InferOutput<ReturnType<typeof machineSpecSchema>>;
+export type PowerState = MachineSpec['power'];
 /** What the agent does when a machine whose power is "on" stops without being asked to. */
-export type RestartPolicy = 'always' | 'never';
-
-export interface BootSpec {
-  kernel: string;
-  initrd?: string;
-  cmdline?: string;
-}
-
-export interface DiskSpec {
-  name: string;
-  image?: string;
-  sizeGiB?: number;
-}
-
-export interface NicSpec {
-  name: string;
-  network?: string;
-  bridge?: string;
-}
-
-export interface MachineSpec {
-  cpus: number;
-  memoryMiB: number;
-  domainType: 'kvm' | 'qemu';
-  boot?: BootSpec;
-  disks: DiskSpec[];
-  nics: NicSpec[];
-  power: PowerState;
-  gracePeriodSec?: number;
-  /** Absent means "always": restart with backoff (docs/operations.md). */
-  restartPolicy?: RestartPolicy;
-  /** Only in a caller's spec: the record keeps them apart (MachineRecord.annotations). */
-  annotations: Annotations;
-}
-
-export interface SpecLimits {
-  imageDirectories: string[];
-  maxCpus: number;
-  maxMemoryMiB: number;
-  maxDiskGiB: number;
-  defaultDomainType: 'kvm' | 'qemu';
-}
+export type RestartPolicy = NonNullable<MachineSpec['restartPolicy']>;
+export type BootSpec = NonNullable<MachineSpec['boot']>;
+export type DiskSpec = MachineSpec['disks'][number];
+export type NicSpec = MachineSpec['nics'][number];
 
 export const DEFAULT_SPEC_LIMITS: SpecLimits = {
   imageDirectories: ['/var/lib/vmkeeper/images'],
@@ -63,112 +26,19 @@ export const DEFAULT_SPEC_LIMITS: SpecLimits = {
 };
 
 export const MAX_SPEC_BYTES = 64 * 1024;
-const MAX_DISKS = 16;
-const MAX_NICS = 16;
-const MAX_GRACE_SEC = 24 * 3600;
-const DEVICE_NAME = /^[a-z][a-z0-9_-]{0,31}$/;
-const NET_NAME = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$/;
 
-type Json = Record<string, unknown>;
-
-function isObject(v: unknown): v is Json {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
+// The agent has one limits object for its lifetime: build its schema once, not per request.
+const schemas = new WeakMap<SpecLimits, ReturnType<typeof machineSpecSchema>>();
+function schemaFor(limits: SpecLimits): ReturnType<typeof machineSpecSchema> {
+  let schema = schemas.get(limits);
+  if (!schema) schemas.set(limits, (schema = machineSpecSchema(limits)));
+  return schema;
 }
 
-function onlyKeys(obj: Json, allowed: readonly string[], where: string): void {
-  for (const key of Object.keys(obj)) {
-    if (!allowed.includes(key)) throw invalidSpec(where ? `${where}.${key}` : key, 'unknown key');
-  }
-}
-
-function integer(v: unknown, field: string, min: number, max: number): number {
-  if (typeof v !== 'number' || !Number.isInteger(v)) throw invalidSpec(field, 'must be an integer');
-  if (v < min || v > max) throw invalidSpec(field, `must be between ${min} and ${max}`);
-  return v;
-}
-
-function text(v: unknown, field: string, maxLen: number): string {
-  if (typeof v !== 'string') throw invalidSpec(field, 'must be a string');
-  if (v.length > maxLen) throw invalidSpec(field, `must be at most ${maxLen} characters`);
-  // Control characters have no place in paths, names or a kernel command line, NUL cannot survive
-  // the trip into libvirt's C strings, and the spec is sent back on the bus as it was given.
-  const problem = textProblem(v);
-  if (problem) throw invalidSpec(field, problem);
-  return v;
-}
-
-/** An absolute, normalised path inside one of the image directories, so a guest never gets /etc/shadow. */
-export function imagePath(v: unknown, field: string, limits: SpecLimits): string {
-  const p = text(v, field, 4096);
-  if (!path.isAbsolute(p)) throw invalidSpec(field, 'must be an absolute path');
-  if (path.normalize(p) !== p || p.split('/').includes('..')) throw invalidSpec(field, 'must be a normalised path without ".."');
-  const inside = limits.imageDirectories.some((dir) => {
-    const base = dir.endsWith('/') ? dir : `${dir}/`;
-    return p.startsWith(base) && p.length > base.length;
-  });
-  if (!inside) throw invalidSpec(field, `must lie inside an image directory (${limits.imageDirectories.join(', ')})`);
-  return p;
-}
-
-function parseBoot(v: unknown, limits: SpecLimits): BootSpec {
-  if (!isObject(v)) throw invalidSpec('boot', 'must be an object');
-  onlyKeys(v, ['kernel', 'initrd', 'cmdline'], 'boot');
-  if (v.kernel === undefined) throw invalidSpec('boot.kernel', 'is required');
-  const boot: BootSpec = { kernel: imagePath(v.kernel, 'boot.kernel', limits) };
-  if (v.initrd !== undefined) boot.initrd = imagePath(v.initrd, 'boot.initrd', limits);
-  if (v.cmdline !== undefined) boot.cmdline = text(v.cmdline, 'boot.cmdline', 2048);
-  return boot;
-}
-
-function parseDisks(v: unknown, limits: SpecLimits): DiskSpec[] {
-  if (!Array.isArray(v)) throw invalidSpec('disks', 'must be an array');
-  if (v.length > MAX_DISKS) throw invalidSpec('disks', `must have at most ${MAX_DISKS} entries`);
-  const seen = new Set<string>();
-  return v.map((d, i) => {
-    const where = `disks[${i}]`;
-    if (!isObject(d)) throw invalidSpec(where, 'must be an object');
-    onlyKeys(d, ['name', 'image', 'sizeGiB'], where);
-    const name = text(d.name, `${where}.name`, 32);
-    if (!DEVICE_NAME.test(name)) throw invalidSpec(`${where}.name`, 'must match [a-z][a-z0-9_-]{0,31}');
-    if (seen.has(name)) throw invalidSpec(`${where}.name`, `duplicate disk name "${name}"`);
-    seen.add(name);
-    const disk: DiskSpec = { name };
-    if (d.image !== undefined) disk.image = imagePath(d.image, `${where}.image`, limits);
-    if (d.sizeGiB !== undefined) disk.sizeGiB = integer(d.sizeGiB, `${where}.sizeGiB`, 1, limits.maxDiskGiB);
-    if (disk.image === undefined && disk.sizeGiB === undefined) {
-      throw invalidSpec(where, 'needs an "image" or a "sizeGiB"');
-    }
-    return disk;
-  });
-}
-
-function parseNics(v: unknown): NicSpec[] {
-  if (!Array.isArray(v)) throw invalidSpec('nics', 'must be an array');
-  if (v.length > MAX_NICS) throw invalidSpec('nics', `must have at most ${MAX_NICS} entries`);
-  const seen = new Set<string>();
-  return v.map((n, i) => {
-    const where = `nics[${i}]`;
-    if (!isObject(n)) throw invalidSpec(where, 'must be an object');
-    onlyKeys(n, ['name', 'network', 'bridge'], where);
-    const name = text(n.name, `${where}.name`, 32);
-    if (!DEVICE_NAME.test(name)) throw invalidSpec(`${where}.name`, 'must match [a-z][a-z0-9_-]{0,31}');
-    if (seen.has(name)) throw invalidSpec(`${where}.name`, `duplicate nic name "${name}"`);
-    seen.add(name);
-    if ((n.network === undefined) === (n.bridge === undefined)) {
-      throw invalidSpec(where, 'needs exactly one of "network" or "bridge"');
-    }
-    const nic: NicSpec = { name };
-    const key = n.network !== undefined ? 'network' : 'bridge';
-    const value = text(n[key], `${where}.${key}`, 64);
-    if (!NET_NAME.test(value)) throw invalidSpec(`${where}.${key}`, 'is not a valid network or bridge name');
-    nic[key] = value;
-    return nic;
-  });
-}
-
-export function parsePower(v: unknown, field = 'power'): PowerState {
-  if (v !== 'on' && v !== 'off') throw invalidSpec(field, 'must be "on" or "off"');
-  return v;
+export function parsePower(value: unknown, field = 'power'): PowerState {
+  const result = validate(powerSchema, value);
+  if (!result.ok) throw invalidSpec(field, result.problem.why);
+  return result.value;
 }
 
 /** Parses and validates spec JSON text; throws InvalidSpec naming the field. */
@@ -184,27 +54,7 @@ export function parseMachineSpec(jsonText: string, limits: SpecLimits): MachineS
 }
 
 export function validateMachineSpec(raw: unknown, limits: SpecLimits): MachineSpec {
-  if (!isObject(raw)) throw invalidSpec('(spec)', 'must be a JSON object');
-  onlyKeys(raw, ['cpus', 'memoryMiB', 'domainType', 'boot', 'disks', 'nics', 'power', 'gracePeriodSec', 'restartPolicy', 'annotations'], '');
-  const spec: MachineSpec = {
-    cpus: integer(raw.cpus ?? 1, 'cpus', 1, limits.maxCpus),
-    memoryMiB: integer(raw.memoryMiB ?? 256, 'memoryMiB', 16, limits.maxMemoryMiB),
-    domainType: limits.defaultDomainType,
-    disks: raw.disks === undefined ? [] : parseDisks(raw.disks, limits),
-    nics: raw.nics === undefined ? [] : parseNics(raw.nics),
-    power: raw.power === undefined ? 'on' : parsePower(raw.power),
-    annotations: raw.annotations === undefined ? emptyAnnotations() : parseAnnotations(raw.annotations),
-  };
-  if (raw.domainType !== undefined) {
-    if (raw.domainType !== 'kvm' && raw.domainType !== 'qemu') throw invalidSpec('domainType', 'must be "kvm" or "qemu"');
-    spec.domainType = raw.domainType;
-  }
-  if (raw.boot !== undefined) spec.boot = parseBoot(raw.boot, limits);
-  if (raw.gracePeriodSec !== undefined) spec.gracePeriodSec = integer(raw.gracePeriodSec, 'gracePeriodSec', 0, MAX_GRACE_SEC);
-  if (raw.restartPolicy !== undefined) {
-    if (raw.restartPolicy !== 'always' && raw.restartPolicy !== 'never') throw invalidSpec('restartPolicy', 'must be "always" or "never"');
-    spec.restartPolicy = raw.restartPolicy;
-  }
-  if (spec.boot === undefined && spec.disks.length === 0) throw invalidSpec('boot', 'a spec needs "boot" or at least one disk');
-  return spec;
+  const result = validate(schemaFor(limits), raw);
+  if (result.ok) return result.value;
+  throw invalidSpec(result.problem.keyPath.length > 0 ? dottedPath(result.problem) : '(spec)', result.problem.why);
 }

@@ -2,7 +2,6 @@ import { randomUUID } from 'node:crypto';
 import { AgentError, machineExists, machineTerminating, noSuchMachine, shuttingDown } from '../machine/errors.js';
 import { domainNameFor, validateMachineName } from '../machine/names.js';
 import {
-  DOMAIN_FINALIZER,
   RECORD_API_VERSION,
   cloneRecord,
   isDeleting,
@@ -55,7 +54,6 @@ export class MachineService implements MachineApi {
         deletionTimestamp: 0,
         deletionGracePeriodSec: 0,
         resourceVersion: 0,
-        finalizers: [DOMAIN_FINALIZER],
         annotations,
         spec,
         status: newStatus(),

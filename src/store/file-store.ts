@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import { AgentError, describeError } from '../machine/errors.js';
 import { validateMachineName } from '../machine/names.js';
-import { type MachineRecord, cloneRecord, freezeRecord } from '../machine/record.js';
+import { type MachineRecord, RECORD_API_VERSION, cloneRecord, freezeRecord } from '../machine/record.js';
 import { DEFAULT_SPEC_LIMITS } from '../machine/spec.js';
 import { KeyedLock } from '../lifecycle/keyed-lock.js';
 import type { Logger } from '../logging/logger.js';
@@ -71,6 +71,8 @@ export class FileMachineStore implements MachineStore {
     const records = new Map<string, MachineRecord>();
     const quarantined: QuarantinedFile[] = [];
     const files: string[] = [];
+    const migrated = new Map<string, number>();
+    const noteMigrated = (from: string) => migrated.set(from, (migrated.get(from) ?? 0) + 1);
     for (const file of names) {
       if (TEMP_FILE.test(file)) await this.removeLeftover(file);
       else if (file.endsWith('.json')) files.push(file);
@@ -79,12 +81,17 @@ export class FileMachineStore implements MachineStore {
     const worker = async () => {
       while (next < files.length) {
         const file = files[next++]!;
-        const outcome = await this.loadOne(file);
+        const outcome = await this.loadOne(file, noteMigrated);
         if ('record' in outcome) records.set(outcome.record.name, outcome.record);
         else if (outcome.quarantined) quarantined.push(outcome.quarantined);
       }
     };
     await Promise.all(Array.from({ length: Math.min(this.loadConcurrency, files.length) }, worker));
+    for (const [from, count] of migrated) {
+      this.logger.info('read machine records of an older format; each is rewritten in the current one on its next change', {
+        from, to: RECORD_API_VERSION, records: count,
+      });
+    }
     for (const r of records.values()) freezeRecord(r);
     this.records = records;
     this.sorted = undefined;
@@ -101,19 +108,13 @@ export class FileMachineStore implements MachineStore {
   }
 
   /**
-   * Stores the record with resourceVersion one above both the stored and the given version.
-   * With expectedVersion, refuses (StorageFailure) when the stored version differs.
+   * Stores the record with resourceVersion one above both the stored and the given version, in
+   * the current format: a record loaded from an older one is rewritten as such here.
    */
-  async put(record: MachineRecord, expectedVersion?: number): Promise<MachineRecord> {
+  async put(record: MachineRecord): Promise<MachineRecord> {
     const name = validateMachineName(record.name);
     return this.fileLock.run(name, async () => {
       const current = this.records.get(name);
-      if (expectedVersion !== undefined && (current?.resourceVersion ?? 0) !== expectedVersion) {
-        throw new AgentError(
-          'StorageFailure',
-          `machine "${name}" changed concurrently: stored version ${current?.resourceVersion ?? 0}, expected ${expectedVersion}`,
-        );
-      }
       const next = cloneRecord(record);
       // Never go backwards, even if the caller started from a stale copy.
       next.resourceVersion = Math.max(current?.resourceVersion ?? 0, record.resourceVersion) + 1;
@@ -243,13 +244,13 @@ export class FileMachineStore implements MachineStore {
     }
   }
 
-  private async loadOne(file: string): Promise<{ record: MachineRecord } | { quarantined?: QuarantinedFile }> {
+  private async loadOne(file: string, migrated: (from: string) => void): Promise<{ record: MachineRecord } | { quarantined?: QuarantinedFile }> {
     const full = path.join(this.dir, file);
     let reason: string;
     try {
       const text = await this.fs.readRegularFile(full, MAX_RECORD_BYTES);
       const warn = (repaired: string) => this.logger.warn('repaired a machine record on load', { file: full, repaired });
-      return { record: this.validator.parse(text, file.slice(0, -'.json'.length), warn) };
+      return { record: this.validator.parse(text, file.slice(0, -'.json'.length), warn, migrated) };
     } catch (err) {
       // Unreadable (EIO, a FIFO, a link) or invalid: set it aside, keep starting.
       reason = quarantineReason(err);

@@ -26,7 +26,6 @@ export interface MachineStore {
   list(): MachineRecord[];
   /**
    * Writes the record with resourceVersion bumped by one and returns the stored copy.
-   * With expectedVersion, fails (StorageFailure) if the stored version differs (lost update guard).
    */
   put(record: MachineRecord): Promise<MachineRecord>;
   /** Removes the record file (missing counts as done). */

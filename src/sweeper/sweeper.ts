@@ -6,7 +6,7 @@ import { Semaphore } from '../lifecycle/semaphore.js';
 import type { Logger } from '../logging/logger.js';
 import { describeError } from '../machine/errors.js';
 import { machineNameFromDomain } from '../machine/names.js';
-import { DOMAIN_FINALIZER, cloneRecord, isDeleting, isShuttingDown, type MachineRecord, type MachineStatus } from '../machine/record.js';
+import { cloneRecord, isDeleting, isShuttingDown, type MachineRecord, type MachineStatus } from '../machine/record.js';
 import { isDomainActive, type Hypervisor } from '../hypervisor/port.js';
 import type { DomainObserver, DomainSnapshot } from '../domains/domain-observer.js';
 import type { DomainProvisioner } from '../domains/domain-provisioner.js';
@@ -235,9 +235,6 @@ export class Sweeper {
 
   private async removeRecordAndFiles(name: string, deletedMessage: string): Promise<void> {
     await this.o.provisioner.removeFiles(name);
-    await this.o.records.update(name, (r) => {
-      r.finalizers = r.finalizers.filter((f) => f !== DOMAIN_FINALIZER);
-    });
     await this.o.records.remove(name);
     this.untrack(name);
     this.o.records.event(name, 'normal', 'Deleted', deletedMessage);

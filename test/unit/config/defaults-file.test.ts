@@ -4,15 +4,11 @@ import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 import { defaultConfig } from '../../../src/config/config.js';
 import { loadConfig } from '../../../src/config/load-config.js';
-import { CONFIG_SCHEMA, type Section } from '../../../src/config/schema.js';
+import { fieldKeyPaths } from '../../../src/config/schema.js';
 
 // config/config.yaml is the documented default file: it must load to exactly the built-ins.
 const DEFAULTS_FILE = fileURLToPath(new URL('../../../config/config.yaml', import.meta.url));
 const DOCS_FILE = fileURLToPath(new URL('../../../docs/configuration.md', import.meta.url));
-
-function keyPaths(section: Section, prefix = ''): string[] {
-  return Object.entries(section).flatMap(([k, v]) => (typeof v === 'function' ? [prefix + k] : keyPaths(v, `${prefix}${k}.`)));
-}
 
 describe('config/config.yaml', () => {
   it('equals the built-in defaults', () => {
@@ -25,7 +21,7 @@ describe('config/config.yaml', () => {
     const text = readFileSync(DEFAULTS_FILE, 'utf8');
     const raw = parse(text) as Record<string, Record<string, unknown>>;
     const lines = text.split('\n');
-    for (const key of keyPaths(CONFIG_SCHEMA)) {
+    for (const key of fieldKeyPaths()) {
       const parts = key.split('.');
       const value = parts.length === 1 ? raw[parts[0]!] : raw[parts[0]!]?.[parts[1]!];
       expect(value, key).toBeDefined();
@@ -37,6 +33,6 @@ describe('config/config.yaml', () => {
 
   it('every key is documented in docs/configuration.md', () => {
     const docs = readFileSync(DOCS_FILE, 'utf8');
-    for (const key of keyPaths(CONFIG_SCHEMA)) expect(docs, key).toContain(`\`${key}\``);
+    for (const key of fieldKeyPaths()) expect(docs, key).toContain(`\`${key}\``);
   });
 });

@@ -11,7 +11,7 @@ describe('machine service', () => {
   it('creates a record, defines and starts the domain', async () => {
     h = await new Harness().start();
     const created = await h.service.create('web-1', SPEC);
-    expect(created).toMatchObject({ name: 'web-1', domainName: 'vmkeeper-web-1', resourceVersion: 1, finalizers: ['vmkeeper/domain'] });
+    expect(created).toMatchObject({ name: 'web-1', domainName: 'vmkeeper-web-1', resourceVersion: 1 });
     expect(created.status.state).toBe('pending');
     await h.advanceUntil(() => h.service.get('web-1').status.state === 'running');
     expect(h.hv.stateOf(domainNameFor('web-1'))).toBe('running');

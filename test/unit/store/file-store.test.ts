@@ -47,14 +47,6 @@ describe('FileMachineStore', () => {
     expect(store.get('a')!.annotations).toEqual({ owner: 'test' });
   });
 
-  it('expectedVersion guards against lost updates', async () => {
-    const { store } = newStore();
-    await store.load();
-    await store.put(makeRecord('a'), 0);
-    await expect(store.put(makeRecord('a'), 0)).rejects.toMatchObject({ kind: 'StorageFailure' });
-    expect((await store.put(makeRecord('a'), 1)).resourceVersion).toBe(2);
-  });
-
   it('a new store loads what the old one wrote, sorted', async () => {
     const { store } = newStore();
     await store.load();

@@ -39,7 +39,7 @@ describe('load reads only what is safe', () => {
   it.each([
     { what: 'not JSON (a copy of /etc/shadow)', content: SECRET, reason: 'not valid JSON at byte 0' },
     { what: 'JSON broken after the secret', content: `{"apiVersion": "${SECRET}",}`, reason: `not valid JSON at byte ${`{"apiVersion": "${SECRET}",`.length}` },
-    { what: 'a secret as apiVersion', content: JSON.stringify({ ...makeRecord('bad'), apiVersion: SECRET }), reason: 'apiVersion: must be "vmkeeper/v1"' },
+    { what: 'a secret as apiVersion', content: JSON.stringify({ ...makeRecord('bad'), apiVersion: SECRET }), reason: 'apiVersion: must be "vmkeeper/v1" or "vmkeeper/v2"' },
     { what: 'a secret as name', content: JSON.stringify({ ...makeRecord('bad'), name: SECRET }), reason: 'name: is not a valid machine name' },
     { what: 'a secret as an unknown spec key', content: JSON.stringify({ ...makeRecord('bad'), spec: { ...makeRecord('bad').spec, [SECRET]: 1 } }), reason: 'spec.[a key not shown]: unknown key' },
   ])('logs the reason, never the content: $what', async ({ content, reason }) => {

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import type { MachineRecord } from '../../../src/machine/record.js';
 import { DEFAULT_SPEC_LIMITS } from '../../../src/machine/spec.js';
 import { InvalidStoredRecord, StoredRecordValidator } from '../../../src/store/record-validation.js';
-import { makeRecord } from './records.js';
+import { makeRecord, makeV1Record } from './records.js';
 
 // Issue 15: a loaded record is checked exactly as the API checks a new one, with the limits the
 // agent was configured with; what would be refused over D-Bus is quarantined, never acted on.
@@ -11,6 +11,8 @@ const validator = new StoredRecordValidator(DEFAULT_SPEC_LIMITS);
 const good = makeRecord('vm');
 const withSpec = (spec: Record<string, unknown>) => ({ ...good, spec: { ...good.spec, ...spec } });
 const withStatus = (status: Record<string, unknown>) => ({ ...good, status: { ...good.status, ...status } });
+const v1 = makeV1Record('vm');
+const v1WithStatus = (status: Record<string, unknown>) => ({ ...v1, status: { ...(v1.status as object), ...status } });
 const parse = (record: unknown, v = validator) => v.parse(JSON.stringify(record), 'vm');
 const reasonFor = (record: unknown, v = validator) => {
   try {
@@ -35,7 +37,8 @@ describe('StoredRecordValidator', () => {
     { what: 'annotations that are not an object', record: { ...good, annotations: ['x'] }, reason: 'annotations: must be an object' },
     { what: 'a uuid that is not one', record: { ...good, uuid: 'x' }, reason: 'uuid: must be a UUID' },
     { what: 'a negative resourceVersion', record: { ...good, resourceVersion: -1 }, reason: 'resourceVersion: must be a number >= 0' },
-    { what: 'createdFiles of the wrong type', record: withStatus({ createdFiles: 'x' }), reason: 'status.createdFiles: must be a list of strings' },
+    { what: 'createdFiles of the wrong type (v1)', record: v1WithStatus({ createdFiles: 'x' }), reason: 'status.createdFiles: must be a list of strings' },
+    { what: 'finalizers of the wrong type (v1)', record: { ...v1, finalizers: 'x' }, reason: 'finalizers: must be a list of strings' },
     { what: 'domainDefined of the wrong type', record: withStatus({ domainDefined: 'yes' }), reason: 'status.domainDefined: must be a boolean' },
   ])('refuses $what', ({ record, reason }) => {
     expect(reasonFor(record)).toEqual(typeof reason === 'string' ? reason : expect.stringMatching(reason));
@@ -55,16 +58,24 @@ describe('StoredRecordValidator', () => {
   });
 
   it('drops the copy of the annotations an older record kept in its spec', () => {
-    const older = withSpec({ annotations: { stale: 'copy' } });
+    const older = { ...v1, spec: { ...good.spec, annotations: { stale: 'copy' } } };
     const loaded = parse(older);
     expect(loaded.spec).not.toHaveProperty('annotations');
     expect(loaded.annotations).toEqual({ owner: 'test' });
   });
 
-  it('tolerates records with and without the unused status fields', () => {
-    const { domainDefined: _d, createdFiles: _c, ...slim } = good.status as MachineRecord['status'] & Record<string, unknown>;
-    expect(parse({ ...good, status: slim }).status).toEqual(slim);
-    expect(parse(withStatus({ domainDefined: true, createdFiles: ['a'] })).status).toMatchObject({ domainDefined: true, createdFiles: ['a'] });
+  it('a current record keeps its annotations once: one in its spec is refused', () => {
+    expect(reasonFor(withSpec({ annotations: { stale: 'copy' } }))).toBe('spec.annotations: unknown key');
+  });
+
+  it('tolerates v1 records with and without the unused status fields', () => {
+    const { domainDefined: _d, createdFiles: _c, forceStoppedAt: _f, ...slim } = v1.status as MachineRecord['status'] & Record<string, unknown>;
+    expect(parse({ ...v1, status: slim }).status).toEqual({ ...good.status, domainDefined: false, forceStoppedAt: 0 });
+    expect(parse(v1WithStatus({ domainDefined: true, createdFiles: ['a'] })).status).toEqual({ ...good.status, domainDefined: true });
+  });
+
+  it('drops what an unknown writer added instead of carrying it along', () => {
+    expect(parse({ ...good, extra: 1, status: { ...good.status, createdFiles: ['a'] } })).toEqual(good);
   });
 
   it('uses the limits it is given: an image dir the agent is configured with', () => {

@@ -18,7 +18,6 @@ export function makeRecord(name: string, overrides: Partial<MachineRecord> = {})
     deletionTimestamp: 0,
     deletionGracePeriodSec: 0,
     resourceVersion: 0,
-    finalizers: ['vmkeeper/domain'],
     annotations: { owner: 'test' },
     spec: {
       cpus: 1,
@@ -31,6 +30,20 @@ export function makeRecord(name: string, overrides: Partial<MachineRecord> = {})
     },
     status: newStatus(),
     ...overrides,
+  };
+}
+
+/**
+ * The same record as the previous release wrote it (vmkeeper/v1): with the fields nobody read.
+ * test/fixtures/records/v1/ holds a real file of that release.
+ */
+export function makeV1Record(name: string): Record<string, unknown> {
+  const { apiVersion: _current, ...record } = makeRecord(name);
+  return {
+    apiVersion: 'vmkeeper/v1',
+    ...record,
+    finalizers: ['vmkeeper/domain'],
+    status: { ...record.status, createdFiles: [] },
   };
 }
 
