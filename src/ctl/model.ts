@@ -1,4 +1,5 @@
 // What the CLI knows about the agent, in plain values (times in ms since the epoch, 0 = not set).
+import type { ManagerInfo as AgentManagerInfo } from '../service/api.js';
 
 export interface MachineInfo {
   name: string;
@@ -28,16 +29,8 @@ export interface AgentEvent {
   message: string;
 }
 
-export interface ManagerInfo {
-  version: string;
-  state: string;
-  libvirtUri: string;
-  libvirtConnected: boolean;
-  defaultGracePeriodSec: number;
-  sweepIntervalSec: number;
-  shutdownRetryIntervalSec: number;
-  hostShutdownTimeoutSec: number;
-}
+/** The agent's own ManagerInfo as read off the bus: its state may be one this client does not know. */
+export type ManagerInfo = Omit<AgentManagerInfo, 'state'> & { state: string };
 
 /** Signals the CLI follows, already decoded. */
 export type AgentSignal =

@@ -1,6 +1,6 @@
 // The hypervisor as the rest of the agent sees it. Two implementations: libvirt/ (the real one)
-// and fake/ (unit tests). Every method is idempotent where the contract says so: "not found" on
-// destroy/undefine counts as done, so the sweeper can repeat any step after a crash.
+// and the fake in test/support/fakes/ (unit tests). Every method is idempotent where the contract
+// says so: "not found" on destroy/undefine counts as done, so the sweeper can repeat any step.
 
 export type DomainRunState = 'running' | 'paused' | 'shutoff' | 'crashed' | 'other';
 

@@ -16,7 +16,6 @@ interface Described {
     deletionTimestamp?: string | null;
     deletionGracePeriodSec?: number | null;
     resourceVersion?: number;
-    finalizers?: string[];
     annotations?: Record<string, string>;
   };
   spec?: {
@@ -85,7 +84,6 @@ export function renderStatus(record: Described, events: AgentEvent[], ctx: Pick<
     add(i === 0 ? 'NICs' : '', `${n.name}: ${n.network !== undefined ? `network ${n.network}` : `bridge ${n.bridge}`}`);
   });
   Object.entries(m.annotations ?? {}).forEach(([k, v], i) => add(i === 0 ? 'Annotations' : '', `${k}=${v}`));
-  if (m.finalizers?.length) add('Finalizers', m.finalizers.join(', '));
   add('Version', m.resourceVersion?.toString());
 
   const width = Math.max(...lines.map(([l]) => l.length)) + 1;
