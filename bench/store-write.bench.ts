@@ -1,0 +1,56 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { silentLogger } from '../src/logging/logger.js';
+import { cloneRecord, newStatus } from '../src/machine/record.js';
+import { FileMachineStore } from '../src/store/file-store.js';
+import { percentile } from './common.js';
+import { machineName, settledRecord } from './fixtures.js';
+
+// Durable write throughput of the record store: W concurrent writers, each putting its own
+// record N times in a row (as SetMachineAnnotations does), every put awaited before the next.
+// Goal (issue 12): at least 2,000 acknowledged writes/s with 8 writers.
+// Run: npx tsx bench/store-write.bench.ts [writesPerWriter] [writers]
+
+export interface StoreWriteResult { writes: number; perSec: number; p50: number; p99: number }
+
+export async function measureWrites(perWriter: number, writers: number): Promise<StoreWriteResult> {
+  const root = await mkdtemp(path.join(tmpdir(), 'vmkeeper-bench-'));
+  try {
+    const store = new FileMachineStore({ dir: path.join(root, 'machines'), logger: silentLogger });
+    await store.load();
+    const latencies: number[] = [];
+    const writer = async (w: number) => {
+      let record = settledRecord(machineName(w), '6f1c1a52-3c1e-4b0e-9a8d-3f1f1b2c0a01', {
+        annotations: {},
+        spec: { cpus: 1, memoryMiB: 64, domainType: 'qemu', boot: { kernel: '/var/lib/vmkeeper/images/vmlinuz' }, disks: [], nics: [], power: 'off' },
+        status: newStatus(),
+      });
+      for (let i = 0; i < perWriter; i++) {
+        const next = cloneRecord(record);
+        next.annotations = { n: String(i) };
+        const t0 = performance.now();
+        record = await store.put(next);
+        latencies.push(performance.now() - t0);
+      }
+    };
+    const start = performance.now();
+    await Promise.all(Array.from({ length: writers }, (_, w) => writer(w)));
+    const seconds = (performance.now() - start) / 1000;
+    return { writes: latencies.length, perSec: latencies.length / seconds, p50: percentile(latencies, 50), p99: percentile(latencies, 99) };
+  } finally {
+    await rm(root, { recursive: true, force: true });
+  }
+}
+
+export async function main(perWriter = 500, writers = 8): Promise<StoreWriteResult> {
+  const r = await measureWrites(perWriter, writers);
+  const verdict = r.perSec >= 2000 ? 'meets' : 'misses';
+  console.log(`store write: ${writers} writers x ${perWriter}: ${r.perSec.toFixed(0)} writes/s (goal >= 2000: ${verdict}) p50=${r.p50.toFixed(2)} ms p99=${r.p99.toFixed(2)} ms`);
+  return r;
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  await main(Number(process.argv[2] ?? 500), Number(process.argv[3] ?? 8));
+}
