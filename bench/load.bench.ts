@@ -1,6 +1,6 @@
 // 200 concurrent D-Bus clients (4 worker processes, 50 dbus-next connections each) doing reads
 // and writes against the real agent (test driver) for VMKEEPER_LOAD_SECONDS (default 60).
-// Run: npx tsx bench/load.bench.ts
+// Run: npx tsx bench/load.bench.ts (or `npx tsx bench/load.bench.ts writers [clients]`: 8 annotation writers)
 import { runLoad, rssGrowth } from './load-run.js';
 import { startBenchAgent } from './fixtures.js';
 
@@ -21,6 +21,43 @@ export async function loadBench(seconds: number, clients = 200): Promise<string[
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
+  if (process.argv[2] === 'writers') {
+    console.log(await annotationWriters(Number(process.env.VMKEEPER_LOAD_SECONDS ?? 10), Number(process.argv[3] ?? 8)));
+    process.exit(0);
+  }
   for (const l of await loadBench(Number(process.env.VMKEEPER_LOAD_SECONDS ?? 60))) console.log(l);
   process.exit(0);
+}
+
+/**
+ * Acknowledged writes over the bus: `clients` connections, each creating its own machine and then
+ * calling SetMachineAnnotations on it in a loop for `seconds`. Goal (issue 12): >= 2,000 writes/s with 8.
+ */
+export async function annotationWriters(seconds: number, clients = 8): Promise<string> {
+  const { connectBus } = await import('../src/dbus/bus-address.js');
+  const { Message } = await import('dbus-next');
+  const { percentile } = await import('./common.js');
+  const bench = await startBenchAgent(0);
+  try {
+    const spec = JSON.stringify({ cpus: 1, memoryMiB: 64, disks: [{ name: 'root', sizeGiB: 1 }], power: 'off' });
+    const manager = (member: string, signature: string, body: unknown[]) =>
+      new Message({ destination: 'org.vmkeeper1', path: '/org/vmkeeper1', interface: 'org.vmkeeper1.Manager', member, signature, body });
+    const buses = await Promise.all(Array.from({ length: clients }, () => connectBus(bench.bus.address)));
+    await Promise.all(buses.map((bus, i) => bus.call(manager('CreateMachine', 'ss', [`writer-${i}`, spec]))));
+    const latencies: number[] = [];
+    const deadline = Date.now() + seconds * 1000;
+    const start = performance.now();
+    await Promise.all(buses.map(async (bus, i) => {
+      for (let n = 0; Date.now() < deadline; n++) {
+        const t0 = performance.now();
+        await bus.call(manager('SetMachineAnnotations', 'sa{ss}', [`writer-${i}`, { n: String(n) }]));
+        latencies.push(performance.now() - t0);
+      }
+    }));
+    const perSec = latencies.length / ((performance.now() - start) / 1000);
+    for (const bus of buses) bus.disconnect();
+    return `annotation writers ${clients} x ${seconds} s: ${perSec.toFixed(0)} acknowledged writes/s (goal >= 2000: ${perSec >= 2000 ? 'meets' : 'misses'}) p50=${percentile(latencies, 50).toFixed(1)} ms p99=${percentile(latencies, 99).toFixed(1)} ms`;
+  } finally {
+    await bench.close();
+  }
 }
