@@ -4,14 +4,24 @@ import { AgentError, describeError } from '../machine/errors.js';
 import { validateMachineName } from '../machine/names.js';
 import { type MachineRecord, RECORD_API_VERSION, cloneRecord, freezeRecord } from '../machine/record.js';
 import { DEFAULT_SPEC_LIMITS } from '../machine/spec.js';
-import { KeyedLock } from '../lifecycle/keyed-lock.js';
 import type { Logger } from '../logging/logger.js';
 import type { LoadResult, MachineStore, QuarantinedFile } from './port.js';
 import { InvalidStoredRecord, StoredRecordValidator } from './record-validation.js';
 import { type StoreFs, UnsafeFileError, nodeStoreFs } from './store-fs.js';
 
 // One JSON file per machine: <dir>/<name>.json. Writes go temp file -> fsync -> rename -> fsync
-// dir, so a crash leaves the old record or the new one, never half of either.
+// dir, so a crash leaves the old record or the new one, never half of either. Writes are grouped:
+// those that arrive while a batch is being committed form the next batch, which fsyncs the
+// directory once for all of its records (group commit). Reads answer from memory and never wait.
+
+interface PendingWrite {
+  name: string;
+  /** undefined: remove the record. */
+  record: MachineRecord | undefined;
+  waiters: Array<{ resolve: () => void; reject: (err: unknown) => void }>;
+}
+
+const whatOf = (e: PendingWrite, file: string) => `cannot ${e.record ? 'write' : 'remove'} ${file}`;
 
 export interface FileMachineStoreOptions {
   /** <stateDir>/machines; damaged files go to <stateDir>/quarantine. */
@@ -43,8 +53,12 @@ export class FileMachineStore implements MachineStore {
   private records = new Map<string, MachineRecord>();
   /** Sorted view for list(), rebuilt only after a change. */
   private sorted: MachineRecord[] | undefined;
-  /** Operations on one record file run one at a time. */
-  private readonly fileLock = new KeyedLock();
+  /** Writes waiting for the next batch, one entry per record (the latest write wins). */
+  private queue = new Map<string, PendingWrite>();
+  /** The batch being committed now, if any. */
+  private committing: Map<string, PendingWrite> | undefined;
+  /** Runs while batches are queued or being committed. */
+  private committer: Promise<void> | undefined;
 
   constructor(options: FileMachineStoreOptions) {
     this.dir = options.dir;
@@ -108,59 +122,175 @@ export class FileMachineStore implements MachineStore {
   }
 
   /**
-   * Stores the record with resourceVersion one above both the stored and the given version, in
-   * the current format: a record loaded from an older one is rewritten as such here.
+   * Stores the record with resourceVersion one above both the latest and the given version, in
+   * the current format: a record loaded from an older one is rewritten as such here. Resolves once
+   * the record is durable; writes that arrive while a batch is being committed share the next one.
    */
   async put(record: MachineRecord): Promise<MachineRecord> {
     const name = validateMachineName(record.name);
-    return this.fileLock.run(name, async () => {
-      const current = this.records.get(name);
-      const next = cloneRecord(record);
-      // Never go backwards, even if the caller started from a stale copy.
-      next.resourceVersion = Math.max(current?.resourceVersion ?? 0, record.resourceVersion) + 1;
-      const what = `cannot write ${this.fileOf(name)}`;
-      await this.replaceFile(name, serialise(next), what);
-      try {
-        await this.syncDir(what);
-      } catch (err) {
-        await this.undoUnsyncedChange(name, current, next, err as AgentError);
-      }
-      this.setRecord(name, freezeRecord(next));
-      return next;
+    const next = cloneRecord(record);
+    // Never go backwards, even if the caller started from a stale copy or a write is still queued.
+    next.resourceVersion = Math.max(this.latest(name)?.resourceVersion ?? 0, record.resourceVersion) + 1;
+    await this.enqueue(name, freezeRecord(next));
+    return next;
+  }
+
+  async remove(name: string): Promise<void> {
+    // The name becomes a path: never let "../x" reach unlink.
+    validateMachineName(name);
+    await this.enqueue(name, undefined);
+  }
+
+  /** What the record will be once every queued write is durable (undefined: removed). */
+  private latest(name: string): MachineRecord | undefined {
+    const entry = this.queue.get(name) ?? this.committing?.get(name);
+    return entry ? entry.record : this.records.get(name);
+  }
+
+  private enqueue(name: string, record: MachineRecord | undefined): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      let entry = this.queue.get(name);
+      if (!entry) this.queue.set(name, (entry = { name, record, waiters: [] }));
+      // Two writes to one record in one batch: the later wins, both are answered after it.
+      entry.record = record;
+      entry.waiters.push({ resolve, reject });
+      this.committer ??= this.commitQueued();
     });
   }
 
-  /**
-   * A rename or unlink is in the directory but not durable: a restart may see either version. Put
-   * the previous one back (rewrite it, or remove a new file) durably, so the caller's StorageFailure
-   * is what a restart sees; if that fails too, memory follows what the directory holds now.
-   * `changed` is what the directory holds after the failed change (undefined: the file was removed).
-   * Always throws.
-   */
-  private async undoUnsyncedChange(
-    name: string,
-    previous: MachineRecord | undefined,
-    changed: MachineRecord | undefined,
-    failure: AgentError,
-  ): Promise<never> {
-    const file = this.fileOf(name);
-    let inDirectory = changed;
-    try {
-      if (previous) await this.replaceFile(name, serialise(previous), `cannot restore ${file}`);
-      else await this.fs.unlink(file);
-      inDirectory = previous;
-      await this.syncDir(`cannot restore ${file}`);
-    } catch (undoError) {
-      this.setRecord(name, inDirectory && freezeRecord(inDirectory));
-      const now = inDirectory !== changed
-        ? 'undone, but the undo may not survive a power cut'
-        : changed ? 'the new record stays' : 'the record stays removed';
-      this.logger.error('cannot undo an unsynced record change; memory follows the directory', {
-        file, resourceVersion: inDirectory?.resourceVersion ?? 0, outcome: now, error: describeError(undoError),
-      });
-      throw new AgentError('StorageFailure', `${failure.message}; undoing it failed too (${now})`, { cause: failure });
+  /** Commits batch after batch until nothing is queued; each batch's callers are answered after it. */
+  private async commitQueued(): Promise<void> {
+    // Writes issued before the event loop turns (a burst of bus messages read at once, callers
+    // answered by the last batch writing again) join this batch.
+    await new Promise<void>((resolve) => setImmediate(resolve));
+    while (this.queue.size > 0) {
+      const batch = this.queue;
+      this.queue = new Map();
+      this.committing = batch;
+      const entries = [...batch.values()];
+      let failures: Map<PendingWrite, AgentError> | undefined;
+      try {
+        failures = await this.commit(entries);
+      } catch (err) {
+        // commit() reports failures per entry; anything else still answers every caller.
+        const failure = err instanceof AgentError ? err : storageFailure('cannot commit machine records', err);
+        failures = new Map(entries.map((e) => [e, failure]));
+      }
+      this.committing = undefined;
+      for (const entry of entries) {
+        const failure = failures?.get(entry);
+        for (const w of entry.waiters) (failure ? w.reject(failure) : w.resolve());
+      }
     }
-    throw failure;
+    this.committer = undefined;
+  }
+
+  /**
+   * One batch: every temp file written and fsynced, then every rename (or unlink), then one fsync
+   * of the directory; memory changes only after that. On a failure the directory is put back as
+   * it was (batch-wide, with one more directory fsync) and every entry gets a StorageFailure.
+   */
+  private async commit(entries: PendingWrite[]): Promise<Map<PendingWrite, AgentError> | undefined> {
+    const temps = await Promise.allSettled(entries.map((e) => (e.record ? this.writeTemp(e.name, serialise(e.record)) : Promise.resolve(''))));
+    const tempFailure = temps.find((t): t is PromiseRejectedResult => t.status === 'rejected');
+    if (tempFailure) {
+      await Promise.all(temps.map((t) => (t.status === 'fulfilled' && t.value ? this.fs.unlink(t.value).catch(() => undefined) : undefined)));
+      return this.failAll(entries, tempFailure.reason as AgentError);
+    }
+    const previous = new Map(entries.map((e) => [e, this.records.get(e.name)]));
+    const applied: PendingWrite[] = [];
+    let stepFailure: AgentError | undefined;
+    await Promise.all(entries.map(async (e, i) => {
+      const file = this.fileOf(e.name);
+      const temp = (temps[i] as PromiseFulfilledResult<string>).value;
+      try {
+        if (e.record) await this.fs.rename(temp, file);
+        else await this.fs.unlink(file);
+        applied.push(e);
+      } catch (err) {
+        if (e.record) {
+          await this.fs.unlink(temp).catch(() => undefined);
+          stepFailure ??= storageFailure(`${whatOf(e, file)}: rename failed`, err);
+        } else if ((err as NodeJS.ErrnoException).code !== 'ENOENT') {
+          stepFailure ??= storageFailure(`${whatOf(e, file)}: unlink failed`, err);
+        }
+      }
+    }));
+    if (stepFailure) return this.undoUnsynced(entries, applied, previous, () => stepFailure!);
+    try {
+      await this.syncDir();
+    } catch (err) {
+      return this.undoUnsynced(entries, applied, previous, (e) =>
+        storageFailure(`${whatOf(e, this.fileOf(e.name))}: fsync of directory ${this.dir} failed`, err));
+    }
+    for (const e of entries) this.setRecord(e.name, e.record);
+    return undefined;
+  }
+
+  /** Nothing reached the directory: every entry of the batch fails with the one failure. */
+  private failAll(entries: PendingWrite[], failure: AgentError): Map<PendingWrite, AgentError> {
+    return new Map(entries.map((e) => [e, failure]));
+  }
+
+  /**
+   * Renames and unlinks are in the directory but not durable: a restart may see either version.
+   * Put each previous record back (rewrite it, or remove a new file) and fsync the directory once,
+   * so the callers' StorageFailure is what a restart sees; where that fails too, memory follows
+   * what the directory holds now and the message says so.
+   */
+  private async undoUnsynced(
+    entries: PendingWrite[],
+    applied: PendingWrite[],
+    previous: Map<PendingWrite, MachineRecord | undefined>,
+    failureOf: (e: PendingWrite) => AgentError,
+  ): Promise<Map<PendingWrite, AgentError>> {
+    const inDirectory = new Map(applied.map((e) => [e, e.record]));
+    const undoErrors = new Map<PendingWrite, unknown>();
+    await Promise.all(applied.map(async (e) => {
+      const file = this.fileOf(e.name);
+      const before = previous.get(e);
+      try {
+        if (before) {
+          const temp = await this.writeTemp(e.name, serialise(before));
+          await this.fs.rename(temp, file).catch(async (err: unknown) => {
+            await this.fs.unlink(temp).catch(() => undefined);
+            throw err;
+          });
+        } else {
+          await this.fs.unlink(file);
+        }
+        inDirectory.set(e, before);
+      } catch (err) {
+        undoErrors.set(e, err);
+      }
+    }));
+    let syncError: unknown;
+    if (undoErrors.size < applied.length) {
+      try {
+        await this.syncDir();
+      } catch (err) {
+        syncError = err;
+      }
+    }
+    const failures = new Map<PendingWrite, AgentError>();
+    for (const e of entries) {
+      const failure = failureOf(e);
+      const undoError = undoErrors.get(e) ?? (inDirectory.has(e) ? syncError : undefined);
+      if (undoError === undefined) {
+        failures.set(e, failure);
+        continue;
+      }
+      const now = inDirectory.get(e) !== e.record
+        ? 'undone, but the undo may not survive a power cut'
+        : e.record ? 'the new record stays' : 'the record stays removed';
+      const held = inDirectory.get(e);
+      this.setRecord(e.name, held);
+      this.logger.error('cannot undo an unsynced record change; memory follows the directory', {
+        file: this.fileOf(e.name), resourceVersion: held?.resourceVersion ?? 0, outcome: now, error: describeError(undoError),
+      });
+      failures.set(e, new AgentError('StorageFailure', `${failure.message}; undoing it failed too (${now})`, { cause: failure }));
+    }
+    return failures;
   }
 
   private setRecord(name: string, record: MachineRecord | undefined): void {
@@ -169,35 +299,12 @@ export class FileMachineStore implements MachineStore {
     this.sorted = undefined;
   }
 
-  async remove(name: string): Promise<void> {
-    // The name becomes a path: never let "../x" reach unlink.
-    validateMachineName(name);
-    return this.fileLock.run(name, async () => {
-      const file = this.fileOf(name);
-      let removed = true;
-      try {
-        await this.fs.unlink(file);
-      } catch (err) {
-        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw storageFailure(`cannot remove ${file}`, err);
-        removed = false;
-      }
-      try {
-        await this.syncDir(`cannot remove ${file}`);
-      } catch (err) {
-        const current = this.records.get(name);
-        if (removed && current) await this.undoUnsyncedChange(name, current, undefined, err as AgentError);
-        throw err;
-      }
-      this.setRecord(name, undefined);
-    });
-  }
-
   private fileOf(name: string): string {
     return path.join(this.dir, `${name}.json`);
   }
 
-  /** temp file -> fsync -> rename; on failure the target is untouched and the temp file gone. */
-  private async replaceFile(name: string, data: Buffer, what: string): Promise<void> {
+  /** temp file -> write -> fsync -> close; returns its path. On failure no temp file is left. */
+  private async writeTemp(name: string, data: Buffer): Promise<string> {
     const target = this.fileOf(name);
     const temp = `${target}.tmp-${randomBytes(6).toString('hex')}`;
     let fd: number | undefined;
@@ -212,23 +319,20 @@ export class FileMachineStore implements MachineStore {
       const closing = fd;
       fd = undefined;
       await this.fs.close(closing);
-      step = 'rename';
-      await this.fs.rename(temp, target);
+      return temp;
     } catch (err) {
       if (fd !== undefined) await this.fs.close(fd).catch(() => undefined);
       await this.fs.unlink(temp).catch(() => undefined);
-      throw storageFailure(`${what}: ${step} failed`, err);
+      throw storageFailure(`cannot write ${target}: ${step} failed`, err);
     }
   }
 
-  /** Makes a rename or unlink durable: without it a power cut can bring the old entry back. */
-  private async syncDir(what: string): Promise<void> {
+  /** Makes renames and unlinks durable: without it a power cut can bring the old entries back. */
+  private async syncDir(): Promise<void> {
     let fd: number | undefined;
     try {
       fd = await this.fs.open(this.dir, 'r');
       await this.fs.fsync(fd);
-    } catch (err) {
-      throw storageFailure(`${what}: fsync of directory ${this.dir} failed`, err);
     } finally {
       if (fd !== undefined) await this.fs.close(fd).catch(() => undefined);
     }
