@@ -55,10 +55,13 @@ export class FileMachineStore implements MachineStore {
   private sorted: MachineRecord[] | undefined;
   /** Writes waiting for the next batch, one entry per record (the latest write wins). */
   private queue = new Map<string, PendingWrite>();
-  /** The batch being committed now, if any. */
-  private committing: Map<string, PendingWrite> | undefined;
-  /** Runs while batches are queued or being committed. */
-  private committer: Promise<void> | undefined;
+  /** The batch writing its temp files, then the batch renaming and fsyncing the folder. */
+  private preparing: Map<string, PendingWrite> | undefined;
+  private applying: Map<string, PendingWrite> | undefined;
+  /** A start of the next batch is scheduled. */
+  private startScheduled = false;
+  /** Settles when the batch now renaming (if any) is done; batches rename one after another. */
+  private applied: Promise<void> = Promise.resolve();
 
   constructor(options: FileMachineStoreOptions) {
     this.dir = options.dir;
@@ -143,7 +146,7 @@ export class FileMachineStore implements MachineStore {
 
   /** What the record will be once every queued write is durable (undefined: removed). */
   private latest(name: string): MachineRecord | undefined {
-    const entry = this.queue.get(name) ?? this.committing?.get(name);
+    const entry = this.queue.get(name) ?? this.preparing?.get(name) ?? this.applying?.get(name);
     return entry ? entry.record : this.records.get(name);
   }
 
@@ -154,55 +157,82 @@ export class FileMachineStore implements MachineStore {
       // Two writes to one record in one batch: the later wins, both are answered after it.
       entry.record = record;
       entry.waiters.push({ resolve, reject });
-      this.committer ??= this.commitQueued();
+      this.scheduleStart();
     });
   }
 
-  /** Commits batch after batch until nothing is queued; each batch's callers are answered after it. */
-  private async commitQueued(): Promise<void> {
+  private scheduleStart(): void {
+    if (this.preparing || this.startScheduled) return;
+    this.startScheduled = true;
     // Writes issued before the event loop turns (a burst of bus messages read at once, callers
     // answered by the last batch writing again) join this batch.
-    await new Promise<void>((resolve) => setImmediate(resolve));
-    while (this.queue.size > 0) {
-      const batch = this.queue;
-      this.queue = new Map();
-      this.committing = batch;
-      const entries = [...batch.values()];
+    setImmediate(() => {
+      this.startScheduled = false;
+      this.startBatch();
+    });
+  }
+
+  /**
+   * Takes the queue as a batch and writes its temp files, even while the previous batch is still
+   * renaming and fsyncing the folder (temp files touch no record); its renames wait for that.
+   */
+  private startBatch(): void {
+    if (this.preparing || this.queue.size === 0) return;
+    const batch = this.queue;
+    this.queue = new Map();
+    this.preparing = batch;
+    const entries = [...batch.values()];
+    const previousBatch = this.applied;
+    const done = (async () => {
       let failures: Map<PendingWrite, AgentError> | undefined;
       try {
-        failures = await this.commit(entries);
+        const temps = await this.writeTemps(entries);
+        await previousBatch;
+        this.preparing = undefined;
+        this.applying = batch;
+        this.scheduleStart();
+        failures = await this.commit(entries, temps);
       } catch (err) {
         // commit() reports failures per entry; anything else still answers every caller.
         const failure = err instanceof AgentError ? err : storageFailure('cannot commit machine records', err);
         failures = new Map(entries.map((e) => [e, failure]));
+        // Whatever failed, the next batch renames only after the one before this is done.
+        await previousBatch;
       }
-      this.committing = undefined;
+      if (this.preparing === batch) this.preparing = undefined;
+      if (this.applying === batch) this.applying = undefined;
       for (const entry of entries) {
         const failure = failures?.get(entry);
         for (const w of entry.waiters) (failure ? w.reject(failure) : w.resolve());
       }
-    }
-    this.committer = undefined;
+      this.scheduleStart();
+    })();
+    this.applied = done;
   }
 
-  /**
-   * One batch: every temp file written and fsynced, then every rename (or unlink), then one fsync
-   * of the directory; memory changes only after that. On a failure the directory is put back as
-   * it was (batch-wide, with one more directory fsync) and every entry gets a StorageFailure.
-   */
-  private async commit(entries: PendingWrite[]): Promise<Map<PendingWrite, AgentError> | undefined> {
+  /** Writes and fsyncs every temp file of a batch; on any failure none is left and it throws. */
+  private async writeTemps(entries: PendingWrite[]): Promise<string[]> {
     const temps = await Promise.allSettled(entries.map((e) => (e.record ? this.writeTemp(e.name, serialise(e.record)) : Promise.resolve(''))));
     const tempFailure = temps.find((t): t is PromiseRejectedResult => t.status === 'rejected');
     if (tempFailure) {
       await Promise.all(temps.map((t) => (t.status === 'fulfilled' && t.value ? this.fs.unlink(t.value).catch(() => undefined) : undefined)));
-      return this.failAll(entries, tempFailure.reason as AgentError);
+      throw tempFailure.reason;
     }
+    return temps.map((t) => (t as PromiseFulfilledResult<string>).value);
+  }
+
+  /**
+   * One batch, its temp files written and fsynced: every rename (or unlink), then one fsync of the
+   * directory; memory changes only after that. On a failure the directory is put back as
+   * it was (batch-wide, with one more directory fsync) and every entry gets a StorageFailure.
+   */
+  private async commit(entries: PendingWrite[], temps: string[]): Promise<Map<PendingWrite, AgentError> | undefined> {
     const previous = new Map(entries.map((e) => [e, this.records.get(e.name)]));
     const applied: PendingWrite[] = [];
     let stepFailure: AgentError | undefined;
     await Promise.all(entries.map(async (e, i) => {
       const file = this.fileOf(e.name);
-      const temp = (temps[i] as PromiseFulfilledResult<string>).value;
+      const temp = temps[i]!;
       try {
         if (e.record) await this.fs.rename(temp, file);
         else await this.fs.unlink(file);
@@ -225,11 +255,6 @@ export class FileMachineStore implements MachineStore {
     }
     for (const e of entries) this.setRecord(e.name, e.record);
     return undefined;
-  }
-
-  /** Nothing reached the directory: every entry of the batch fails with the one failure. */
-  private failAll(entries: PendingWrite[], failure: AgentError): Map<PendingWrite, AgentError> {
-    return new Map(entries.map((e) => [e, failure]));
   }
 
   /**
