@@ -16,6 +16,7 @@ interface Counting {
   /** While set, each folder fsync waits for it (after saying so through onDirSync). */
   holdDirSync?: Promise<void>;
   onDirSync?: () => void;
+  onFileSync?: (name: string) => void;
 }
 
 /** nodeStoreFs that counts fsyncs of the folder and of files, and can hold a folder fsync. */
@@ -41,7 +42,9 @@ function counting(more: (c: Counting) => Partial<StoreFs> = () => ({})): Countin
         c.onDirSync?.();
         if (c.holdDirSync) await c.holdDirSync;
       } else {
-        c.fileSyncs.push(path.basename(fdPaths.get(fd) ?? '?').replace(/\.json\.tmp-.*$/, ''));
+        const name = path.basename(fdPaths.get(fd) ?? '?').replace(/\.json\.tmp-.*$/, '');
+        c.fileSyncs.push(name);
+        c.onFileSync?.(name);
       }
       return nodeStoreFs.fsync(fd);
     },
@@ -102,6 +105,30 @@ describe('group commit', () => {
     expect(answered[0]).toBe('first');
     expect(c.dirSyncs).toBe(3); // the first write, its batch, one for the four that queued behind it
     expect(store.list().map((r) => r.name)).toEqual(['a', 'b', 'c', 'd', 'e']);
+  });
+
+  it('the next batch writes its temp files while the previous one fsyncs the folder, but renames after it', async () => {
+    const c = counting();
+    const { store } = newTestStore(paths.dir, { fs: c.fs });
+    await store.load();
+    const hold = deferred();
+    const reached = deferred();
+    const bSynced = deferred();
+    c.holdDirSync = hold.promise;
+    c.onDirSync = reached.resolve;
+    c.onFileSync = (name) => name === 'b' && bSynced.resolve();
+    const a = store.put(makeRecord('a'));
+    await reached.promise;
+    const b = store.put(makeRecord('b'));
+    await bSynced.promise;
+    // b's temp file is durable, but it is not renamed while a's batch is not.
+    expect((await readdir(paths.dir)).filter((f) => f.startsWith('b.json'))).toEqual([expect.stringMatching(/^b\.json\.tmp-/)]);
+    expect(c.dirSyncs).toBe(1);
+    c.holdDirSync = undefined;
+    hold.resolve();
+    await Promise.all([a, b]);
+    expect(c.dirSyncs).toBe(2);
+    expect((await readdir(paths.dir)).sort()).toEqual(['a.json', 'b.json']);
   });
 
   it('two writes to one record in one batch: the later wins, both answered after it is durable', async () => {
