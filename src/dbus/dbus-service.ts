@@ -8,12 +8,13 @@ import type { MachineRecord } from '../machine/record.js';
 import type { AgentEvent, MachineApi, MachineApiEvents, ManagerInfo } from '../service/api.js';
 import { DBUS_ERROR_PROPERTY_READ_ONLY, DBUS_ERROR_UNKNOWN_INTERFACE, DBUS_ERROR_UNKNOWN_PROPERTY } from './errors.js';
 import type { SnapshotInterface } from './interface-support.js';
-import { MACHINE_INTERFACE, MachineInterface, type MachineListEntry } from './machine-interface.js';
+import { LIST_SIGNATURE, MACHINE_INTERFACE, MANAGED_OBJECTS_SIGNATURE, MachineInterface } from './machine-interface.js';
+import { MarshalledArray } from './marshalled.js';
 import { MANAGER_INTERFACE, ManagerInterface, managerProperties, type MachineDirectory } from './manager-interface.js';
 import { filterInbound, type InboundJudge } from './inbound-filter.js';
 import { inboundJudge, methodSignatures } from './inbound-policy.js';
-import { OBJECT_MANAGER_INTERFACE, ObjectManagerInterface, type ManagedObjects } from './object-manager.js';
-import { checkOnce, guardOutbound } from './outbound-guard.js';
+import { OBJECT_MANAGER_INTERFACE, ObjectManagerInterface } from './object-manager.js';
+import { guardOutbound } from './outbound-guard.js';
 
 // Fronts a MachineApi on the bus: exports the manager and one object per machine, keeps them in
 // step with the api's events, and owns the well-known name.
@@ -39,9 +40,12 @@ export class DBusService {
   private readonly machines = new Map<string, MachineInterface>();
   /** Exported machine names in ListMachines order, kept sorted as machines come and go. */
   private sortedNames: string[] = [];
-  /** The last ListMachines and GetManagedObjects replies, dropped when a machine changes. */
-  private listReply: readonly MachineListEntry[] | undefined;
-  private objectsReply: ManagedObjects | undefined;
+  /**
+   * The last ListMachines and GetManagedObjects reply bodies, dropped when a machine changes and
+   * rebuilt from each machine's marshalled bytes (only a changed machine is marshalled again).
+   */
+  private listReply: MarshalledArray | undefined;
+  private objectsReply: MarshalledArray | undefined;
   private readonly judge = inboundJudge(
     methodSignatures({
       [MANAGER_INTERFACE]: ManagerInterface.prototype.memberTable,
@@ -209,33 +213,29 @@ export class DBusService {
   /** What the manager's reads answer from: the exported objects, never the store. */
   private readonly directory: MachineDirectory = {
     list: () => {
-      if (!this.listReply) {
-        const reply = this.sortedNames.map((name) => this.machines.get(name)!.listEntry);
-        checkOnce(reply);
-        this.listReply = reply;
-      }
+      // Names and the state and power words never fail the guard's check; were one to, the
+      // plain reply lets the guard refuse it as it refuses any other.
+      const ifaces = this.sortedNames.map((name) => this.machines.get(name)!);
+      if (ifaces.some((iface) => iface.listEntryProblem)) return ifaces.map((iface) => iface.listEntry);
+      this.listReply ??= new MarshalledArray(LIST_SIGNATURE, ifaces.map((iface) => iface.listElement()));
       return this.listReply;
     },
     pathOf: (name) => this.machines.get(name)?.objectPath,
   };
 
-  /**
-   * Built from each machine's cached value, and kept until a machine changes. One machine that
-   * cannot be encoded is left out (and logged), so the others still reach everyone.
-   */
-  private managedObjects(): ManagedObjects {
+  /** One machine that cannot be encoded is left out (and logged), so the others still reach everyone. */
+  private managedObjects(): MarshalledArray {
     if (this.objectsReply) return this.objectsReply;
-    const objects: ManagedObjects = {};
+    const elements: Buffer[] = [];
     for (const iface of this.machines.values()) {
       if (iface.encodingProblem) {
         this.logger.error('machine left out of GetManagedObjects: a property cannot be encoded', { machine: iface.machineName, error: iface.encodingProblem });
         continue;
       }
-      objects[iface.objectPath] = iface.managedInterfaces();
+      elements.push(iface.managedElement());
     }
-    checkOnce(objects);
-    this.objectsReply = objects;
-    return objects;
+    this.objectsReply = new MarshalledArray(MANAGED_OBJECTS_SIGNATURE, elements);
+    return this.objectsReply;
   }
 
   private interfaceAt(path: string, name: string): SnapshotInterface | undefined {

@@ -5,6 +5,7 @@ import type { MachineApi } from '../service/api.js';
 import { mapErrors } from './errors.js';
 import type { InterfacesAndProperties } from './object-manager.js';
 import { checkOnce } from './outbound-guard.js';
+import { marshalElement } from './marshalled.js';
 import { SnapshotInterface, configureInterface, uint32, usec, type PropertyValues } from './interface-support.js';
 
 // org.vmkeeper1.Machine: one exported object per machine record, fed by the api's change events.
@@ -36,6 +37,9 @@ export function machineProperties(r: MachineRecord, defaultGraceSec: number): Pr
   };
 }
 
+export const LIST_SIGNATURE = 'a(ssso)';
+export const MANAGED_OBJECTS_SIGNATURE = 'a{oa{sa{sv}}}';
+
 /** One ListMachines entry: name, state, power, object path. */
 export type MachineListEntry = readonly [string, string, string, string];
 
@@ -43,6 +47,8 @@ export class MachineInterface extends SnapshotInterface {
   readonly objectPath: string;
   /** This machine's ListMachines entry, frozen and checked; a new array only when state or power change. */
   listEntry: MachineListEntry;
+  /** Why listEntry cannot go on the bus, or undefined (names and state words are always fine). */
+  listEntryProblem: string | undefined;
 
   constructor(
     private readonly api: MachineApi,
@@ -76,10 +82,29 @@ export class MachineInterface extends SnapshotInterface {
   }
 
   private managed: { variants: object; value: InterfacesAndProperties } | undefined;
+  private listBytes: { entry: MachineListEntry; bytes: Buffer } | undefined;
+  private objectBytes: { value: InterfacesAndProperties; bytes: Buffer } | undefined;
+
+  /** listEntry marshalled as one element of ListMachines' a(ssso), redone only when it changes. */
+  listElement(): Buffer {
+    if (this.listBytes?.entry !== this.listEntry) {
+      this.listBytes = { entry: this.listEntry, bytes: marshalElement(LIST_SIGNATURE, [this.listEntry]) };
+    }
+    return this.listBytes.bytes;
+  }
+
+  /** This machine marshalled as one entry of GetManagedObjects' a{oa{sa{sv}}}, redone only when it changes. */
+  managedElement(): Buffer {
+    const value = this.managedInterfaces();
+    if (this.objectBytes?.value !== value) {
+      this.objectBytes = { value, bytes: marshalElement(MANAGED_OBJECTS_SIGNATURE, { [this.objectPath]: value }) };
+    }
+    return this.objectBytes.bytes;
+  }
 
   private entry(state: string, power: string): MachineListEntry {
     const entry: MachineListEntry = [this.machineName, state, power, this.objectPath];
-    checkOnce(entry);
+    this.listEntryProblem = checkOnce(entry);
     return entry;
   }
 

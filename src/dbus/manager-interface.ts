@@ -4,6 +4,7 @@ import { machineObjectPath } from '../machine/names.js';
 import type { AgentEvent, MachineApi, ManagerInfo } from '../service/api.js';
 import { mapErrors } from './errors.js';
 import type { MachineListEntry } from './machine-interface.js';
+import type { MarshalledArray } from './marshalled.js';
 import { SnapshotInterface, configureInterface, uint32, usec, type PropertyValues } from './interface-support.js';
 
 // org.vmkeeper1.Manager on /org/vmkeeper1 (docs/dbus-api.md). Every method goes through mapErrors.
@@ -29,8 +30,8 @@ export function eventBody(e: AgentEvent): [bigint, string, string, string, strin
 
 /** The exported machine objects, kept by the D-Bus service: what reads answer from. */
 export interface MachineDirectory {
-  /** ListMachines' reply, sorted by name; the same frozen array until a machine changes. */
-  list(): readonly MachineListEntry[];
+  /** ListMachines' reply, sorted by name: marshalled, or as values. */
+  list(): MarshalledArray | readonly MachineListEntry[];
   /** The object path of an exported machine, or undefined. */
   pathOf(name: string): string | undefined;
 }
@@ -54,7 +55,7 @@ export class ManagerInterface extends SnapshotInterface {
     return mapErrors(() => this.directory?.pathOf(name) ?? machineObjectPath(this.api.get(name).name));
   }
 
-  ListMachines(): Promise<readonly MachineListEntry[]> {
+  ListMachines(): Promise<MarshalledArray | readonly MachineListEntry[]> {
     return mapErrors(() =>
       this.directory?.list() ?? this.api.list().map((r) => [r.name, r.status.state, r.spec.power, machineObjectPath(r.name)] as const),
     );

@@ -3,6 +3,7 @@ import type { Logger } from '../logging/logger.js';
 import { describeError } from '../machine/errors.js';
 import { wireTextProblem } from '../machine/text-rules.js';
 import { DBUS_ERROR_INTERNAL } from './errors.js';
+import { marshalledBody, sendMarshalled } from './marshalled.js';
 
 // Every message the agent sends passes here. dbus-next throws on some values (a NUL, a dict whose
 // `constructor` key shadows Object) and sends others that sd-bus and GLib clients then refuse
@@ -73,10 +74,13 @@ export function guardOutbound(bus: MessageBus, logger: Logger): void {
   };
   bus.send = (msg: Message) => {
     oneLineErrorText(msg);
-    const problem = unmarshallableText(msg.body);
+    // Built only from checked values (see dbus-service.ts), so there is nothing left to check.
+    const marshalled = marshalledBody(msg);
+    const problem = marshalled ? undefined : unmarshallableText(msg.body);
     if (problem) return refuse(msg, `a string ${problem}`);
     try {
-      send(msg);
+      if (marshalled) sendMarshalled(bus, msg, marshalled);
+      else send(msg);
     } catch (err) {
       if (isClosed(bus)) logger.debug('D-Bus message dropped after disconnect', { member: msg.member, error: describeError(err) });
       else refuse(msg, describeError(err));
