@@ -5,6 +5,8 @@
 //   goals of issue 12.
 // Run: npx tsx bench/dbus-latency.bench.ts   (env VMKEEPER_BENCH_N: calls per measurement, default 500;
 //   VMKEEPER_BENCH_COUNTS: machine counts, default 1000,10000)
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import { Message, type MessageBus } from 'dbus-next';
 import { connectBus } from '../src/dbus/bus-address.js';
 import { percentile } from './common.js';
@@ -36,6 +38,22 @@ const objectManager = () =>
 function line(label: string, values: number[], baseline: number): string {
   const p50 = percentile(values, 50);
   return `${label.padEnd(34)} p50=${p50.toFixed(3)} ms p99=${percentile(values, 99).toFixed(3)} ms  ratio(p50)=${(p50 / baseline).toFixed(1)}x`;
+}
+
+/**
+ * busctl calls with the reply not printed, each a new process: the agent's and the bus's share of
+ * a big reply without dbus-next's decoding on the client side (which alone takes ~0.7-2 s for
+ * GetManagedObjects with 10,000 machines). `minus` is the same for GetId, the process and
+ * connection set-up.
+ */
+async function busctlTimes(address: string, n: number, args: string[]): Promise<number[]> {
+  const out: number[] = [];
+  for (let i = 0; i < n + 2; i++) {
+    const t0 = performance.now();
+    await promisify(execFile)('busctl', ['--address', address, '--quiet', 'call', ...args], { maxBuffer: 1 << 20 });
+    if (i >= 2) out.push(performance.now() - t0);
+  }
+  return out;
 }
 
 function goal(label: string, value: number, limit: number): string {
@@ -87,7 +105,17 @@ export async function dbusLatencyBench(): Promise<string[]> {
         lines.push(goal('ListMachines p50', percentile(list, 50), 50));
         const objects = await timeCalls(bus, Math.min(N, 20), objectManager);
         lines.push(line(`GetManagedObjects (${count})`, objects, baseline));
-        lines.push(goal('GetManagedObjects p50', percentile(objects, 50), 500));
+        lines.push(`  (dbus-next client: includes decoding ${count} machines' properties on the client)`);
+        const runs = Math.min(N, 15);
+        const idTimes = await busctlTimes(bench.bus.address, runs, ['org.freedesktop.DBus', '/org/freedesktop/DBus', 'org.freedesktop.DBus', 'GetId']);
+        const viaBusctl = await busctlTimes(bench.bus.address, runs, ['org.vmkeeper1', '/org/vmkeeper1', 'org.freedesktop.DBus.ObjectManager', 'GetManagedObjects']);
+        const listBusctl = await busctlTimes(bench.bus.address, runs, ['org.vmkeeper1', '/org/vmkeeper1', 'org.vmkeeper1.Manager', 'ListMachines']);
+        const setUp = percentile(idTimes, 50);
+        lines.push(`${'busctl -q GetId (process + connect)'.padEnd(34)} p50=${setUp.toFixed(1)} ms`);
+        lines.push(`${'busctl -q ListMachines'.padEnd(34)} p50=${percentile(listBusctl, 50).toFixed(1)} ms, minus GetId ${(percentile(listBusctl, 50) - setUp).toFixed(1)} ms`);
+        lines.push(`${'busctl -q GetManagedObjects'.padEnd(34)} p50=${percentile(viaBusctl, 50).toFixed(1)} ms, minus GetId ${(percentile(viaBusctl, 50) - setUp).toFixed(1)} ms`);
+        lines.push(goal('GetManagedObjects p50 (dbus-next client)', percentile(objects, 50), 500));
+        lines.push(goal('GetManagedObjects p50 (busctl, minus GetId)', percentile(viaBusctl, 50) - setUp, 500));
         const { reads, writesPerSec } = await readsUnderWrites(bench.bus.address, bus, N, count);
         lines.push(`${line(`GetMachine, ${WRITERS} writers`, reads, baseline)}  (${writesPerSec.toFixed(0)} annotation writes/s acknowledged meanwhile)`);
         lines.push(goal(`GetMachine p99 with ${WRITERS} writers`, percentile(reads, 99), 20));
