@@ -1,13 +1,20 @@
 // D-Bus call latency of the real agent (test driver), each as a ratio to a baseline round trip to
 // the bus daemon itself (org.freedesktop.DBus.GetId) on the same connection:
-//   GetMachine, ListMachines with 1,000 and 10,000 machines, CreateMachine throughput.
-// Run: npx tsx bench/dbus-latency.bench.ts   (env VMKEEPER_BENCH_N: calls per measurement, default 500)
+//   GetMachine, ListMachines with 1,000 and 10,000 machines, CreateMachine throughput; with 10,000
+//   also GetManagedObjects and GetMachine while 8 other connections write flat out, against the
+//   goals of issue 12.
+// Run: npx tsx bench/dbus-latency.bench.ts   (env VMKEEPER_BENCH_N: calls per measurement, default 500;
+//   VMKEEPER_BENCH_COUNTS: machine counts, default 1000,10000)
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import { Message, type MessageBus } from 'dbus-next';
 import { connectBus } from '../src/dbus/bus-address.js';
 import { percentile } from './common.js';
 import { machineName, startBenchAgent } from './fixtures.js';
 
 const N = Number(process.env.VMKEEPER_BENCH_N ?? 500);
+const COUNTS = (process.env.VMKEEPER_BENCH_COUNTS ?? '1000,10000').split(',').map(Number);
+const WRITERS = 8;
 const SPEC = JSON.stringify({ cpus: 1, memoryMiB: 64, disks: [{ name: 'root', sizeGiB: 1 }], power: 'off' });
 
 async function timeCalls(bus: MessageBus, n: number, make: (i: number) => Message): Promise<number[]> {
@@ -25,14 +32,64 @@ const getId = () => new Message({ destination: 'org.freedesktop.DBus', path: '/o
 const mgr = (member: string, signature = '', body: unknown[] = []) =>
   new Message({ destination: 'org.vmkeeper1', path: '/org/vmkeeper1', interface: 'org.vmkeeper1.Manager', member, signature, body });
 
+const objectManager = () =>
+  new Message({ destination: 'org.vmkeeper1', path: '/org/vmkeeper1', interface: 'org.freedesktop.DBus.ObjectManager', member: 'GetManagedObjects' });
+
 function line(label: string, values: number[], baseline: number): string {
   const p50 = percentile(values, 50);
   return `${label.padEnd(34)} p50=${p50.toFixed(3)} ms p99=${percentile(values, 99).toFixed(3)} ms  ratio(p50)=${(p50 / baseline).toFixed(1)}x`;
 }
 
+/**
+ * busctl calls with the reply not printed, each a new process: the agent's and the bus's share of
+ * a big reply without dbus-next's decoding on the client side (which alone takes ~0.7-2 s for
+ * GetManagedObjects with 10,000 machines). `minus` is the same for GetId, the process and
+ * connection set-up.
+ */
+async function busctlTimes(address: string, n: number, args: string[]): Promise<number[]> {
+  const out: number[] = [];
+  for (let i = 0; i < n + 2; i++) {
+    const t0 = performance.now();
+    await promisify(execFile)('busctl', ['--address', address, '--quiet', 'call', ...args], { maxBuffer: 1 << 20 });
+    if (i >= 2) out.push(performance.now() - t0);
+  }
+  return out;
+}
+
+function goal(label: string, value: number, limit: number): string {
+  return `  goal ${label} < ${limit} ms: ${value.toFixed(1)} ms, ${value < limit ? 'met' : 'NOT met'}`;
+}
+
+/** GetMachine on `bus` while WRITERS other connections set annotations on their own machines without pause. */
+async function readsUnderWrites(address: string, bus: MessageBus, n: number, count: number): Promise<{ reads: number[]; writesPerSec: number }> {
+  const writers = await Promise.all(Array.from({ length: WRITERS }, () => connectBus(address)));
+  let stop = false;
+  let writes = 0;
+  const loops = writers.map(async (w, k) => {
+    w.on('error', () => {});
+    for (let i = 0; !stop; i++) {
+      await w.call(mgr('SetMachineAnnotations', 'sa{ss}', [machineName(k), { 'bench/write': String(i) }]));
+      writes++;
+    }
+  });
+  try {
+    // Let every writer get going before the first measured read.
+    while (writes < WRITERS * 4) await bus.call(mgr('GetMachine', 's', [machineName(count - 1)]));
+    const w0 = writes;
+    const r0 = performance.now();
+    const reads = await timeCalls(bus, n, (i) => mgr('GetMachine', 's', [machineName((i * 7919) % count)]));
+    const writesPerSec = (writes - w0) / ((performance.now() - r0) / 1000);
+    return { reads, writesPerSec };
+  } finally {
+    stop = true;
+    await Promise.allSettled(loops);
+    for (const w of writers) w.disconnect();
+  }
+}
+
 export async function dbusLatencyBench(): Promise<string[]> {
   const lines: string[] = [];
-  for (const count of [1000, 10_000]) {
+  for (const count of COUNTS) {
     const bench = await startBenchAgent(count);
     const bus = await connectBus(bench.bus.address);
     bus.on('error', () => {});
@@ -42,7 +99,27 @@ export async function dbusLatencyBench(): Promise<string[]> {
       lines.push(`-- ${count} machines --`);
       lines.push(`${'baseline GetId (bus daemon)'.padEnd(34)} p50=${baseline.toFixed(3)} ms p99=${percentile(base, 99).toFixed(3)} ms`);
       lines.push(line('GetMachine', await timeCalls(bus, N, (i) => mgr('GetMachine', 's', [machineName(i % count)])), baseline));
-      lines.push(line(`ListMachines (${count})`, await timeCalls(bus, count >= 10_000 ? Math.min(N, 50) : Math.min(N, 200), () => mgr('ListMachines')), baseline));
+      const list = await timeCalls(bus, count >= 10_000 ? Math.min(N, 50) : Math.min(N, 200), () => mgr('ListMachines'));
+      lines.push(line(`ListMachines (${count})`, list, baseline));
+      if (count >= 10_000) {
+        lines.push(goal('ListMachines p50', percentile(list, 50), 50));
+        const objects = await timeCalls(bus, Math.min(N, 20), objectManager);
+        lines.push(line(`GetManagedObjects (${count})`, objects, baseline));
+        lines.push(`  (dbus-next client: includes decoding ${count} machines' properties on the client)`);
+        const runs = Math.min(N, 15);
+        const idTimes = await busctlTimes(bench.bus.address, runs, ['org.freedesktop.DBus', '/org/freedesktop/DBus', 'org.freedesktop.DBus', 'GetId']);
+        const viaBusctl = await busctlTimes(bench.bus.address, runs, ['org.vmkeeper1', '/org/vmkeeper1', 'org.freedesktop.DBus.ObjectManager', 'GetManagedObjects']);
+        const listBusctl = await busctlTimes(bench.bus.address, runs, ['org.vmkeeper1', '/org/vmkeeper1', 'org.vmkeeper1.Manager', 'ListMachines']);
+        const setUp = percentile(idTimes, 50);
+        lines.push(`${'busctl -q GetId (process + connect)'.padEnd(34)} p50=${setUp.toFixed(1)} ms`);
+        lines.push(`${'busctl -q ListMachines'.padEnd(34)} p50=${percentile(listBusctl, 50).toFixed(1)} ms, minus GetId ${(percentile(listBusctl, 50) - setUp).toFixed(1)} ms`);
+        lines.push(`${'busctl -q GetManagedObjects'.padEnd(34)} p50=${percentile(viaBusctl, 50).toFixed(1)} ms, minus GetId ${(percentile(viaBusctl, 50) - setUp).toFixed(1)} ms`);
+        lines.push(goal('GetManagedObjects p50 (dbus-next client)', percentile(objects, 50), 500));
+        lines.push(goal('GetManagedObjects p50 (busctl, minus GetId)', percentile(viaBusctl, 50) - setUp, 500));
+        const { reads, writesPerSec } = await readsUnderWrites(bench.bus.address, bus, N, count);
+        lines.push(`${line(`GetMachine, ${WRITERS} writers`, reads, baseline)}  (${writesPerSec.toFixed(0)} annotation writes/s acknowledged meanwhile)`);
+        lines.push(goal(`GetMachine p99 with ${WRITERS} writers`, percentile(reads, 99), 20));
+      }
       if (count === 1000) {
         // Throughput: sequential creates, then 16 concurrent streams.
         const seq = await timeCalls(bus, Math.min(N, 200), (i) => mgr('CreateMachine', 'ss', [`seq-${i}-${Date.now() % 100000}`, SPEC]));

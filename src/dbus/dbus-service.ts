@@ -8,11 +8,12 @@ import type { MachineRecord } from '../machine/record.js';
 import type { AgentEvent, MachineApi, MachineApiEvents, ManagerInfo } from '../service/api.js';
 import { DBUS_ERROR_PROPERTY_READ_ONLY, DBUS_ERROR_UNKNOWN_INTERFACE, DBUS_ERROR_UNKNOWN_PROPERTY } from './errors.js';
 import type { SnapshotInterface } from './interface-support.js';
-import { MACHINE_INTERFACE, MachineInterface } from './machine-interface.js';
-import { MANAGER_INTERFACE, ManagerInterface, managerProperties } from './manager-interface.js';
+import { LIST_SIGNATURE, MACHINE_INTERFACE, MANAGED_OBJECTS_SIGNATURE, MachineInterface } from './machine-interface.js';
+import { MarshalledArray } from './marshalled.js';
+import { MANAGER_INTERFACE, ManagerInterface, managerProperties, type MachineDirectory } from './manager-interface.js';
 import { filterInbound, type InboundJudge } from './inbound-filter.js';
 import { inboundJudge, methodSignatures } from './inbound-policy.js';
-import { OBJECT_MANAGER_INTERFACE, ObjectManagerInterface, type ManagedObjects } from './object-manager.js';
+import { OBJECT_MANAGER_INTERFACE, ObjectManagerInterface } from './object-manager.js';
 import { guardOutbound } from './outbound-guard.js';
 
 // Fronts a MachineApi on the bus: exports the manager and one object per machine, keeps them in
@@ -37,6 +38,14 @@ export class DBusService {
   private readonly manager: ManagerInterface;
   private readonly objectManager: ObjectManagerInterface;
   private readonly machines = new Map<string, MachineInterface>();
+  /** Exported machine names in ListMachines order, kept sorted as machines come and go. */
+  private sortedNames: string[] = [];
+  /**
+   * The last ListMachines and GetManagedObjects reply bodies, dropped when a machine changes and
+   * rebuilt from each machine's marshalled bytes (only a changed machine is marshalled again).
+   */
+  private listReply: MarshalledArray | undefined;
+  private objectsReply: MarshalledArray | undefined;
   private readonly judge = inboundJudge(
     methodSignatures({
       [MANAGER_INTERFACE]: ManagerInterface.prototype.memberTable,
@@ -56,7 +65,7 @@ export class DBusService {
     this.bus.on('error', (err: unknown) => this.logger.warn('D-Bus connection error', { error: describeError(err) }));
     guardOutbound(this.bus, this.logger);
     filterInbound(this.bus, this.judgeInbound, this.logger);
-    this.manager = new ManagerInterface(this.api);
+    this.manager = new ManagerInterface(this.api, this.directory);
     this.objectManager = new ObjectManagerInterface(() => this.managedObjects());
   }
 
@@ -102,8 +111,10 @@ export class DBusService {
     this.nameOwned = false;
     this.unsubscribe();
     this.bus.removeMethodHandler(this.denyPropertySet);
-    for (const iface of this.machines.values()) unexportPath(this.bus, machineObjectPath(iface.machineName));
+    for (const iface of this.machines.values()) unexportPath(this.bus, iface.objectPath);
     this.machines.clear();
+    this.sortedNames = [];
+    this.dropReplies();
     unexportPath(this.bus, MANAGER_PATH);
   }
 
@@ -119,6 +130,7 @@ export class DBusService {
         const record = this.tryGet(iface.machineName);
         if (record) iface.update(record, info.defaultGracePeriodSec);
       }
+      this.dropReplies();
     });
 
   private listeners(): Array<[keyof MachineApiEvents, (...args: never[]) => void]> {
@@ -162,14 +174,18 @@ export class DBusService {
     const defaultGrace = this.api.info().defaultGracePeriodSec;
     const existing = this.machines.get(record.name);
     if (existing) {
-      existing.update(record, defaultGrace);
+      const entry = existing.listEntry;
+      if (existing.update(record, defaultGrace).length > 0) this.objectsReply = undefined;
+      if (existing.listEntry !== entry) this.listReply = undefined;
       return;
     }
-    const path = machineObjectPath(record.name);
     const iface = new MachineInterface(this.api, record.name);
+    const path = iface.objectPath;
     iface.update(record, defaultGrace, false);
     this.bus.export(path, iface);
     this.machines.set(record.name, iface);
+    this.sortedNames.splice(insertionIndex(this.sortedNames, record.name), 0, record.name);
+    this.dropReplies();
     if (announce) {
       this.objectManager.InterfacesAdded(path, { [MACHINE_INTERFACE]: iface.variants() });
       this.manager.MachineNew(record.name, path);
@@ -179,31 +195,54 @@ export class DBusService {
   private unexportMachine(name: string): void {
     const iface = this.machines.get(name);
     if (!iface) return;
-    const path = machineObjectPath(name);
+    const path = iface.objectPath;
     this.machines.delete(name);
+    const at = insertionIndex(this.sortedNames, name);
+    if (this.sortedNames[at] === name) this.sortedNames.splice(at, 1);
+    this.dropReplies();
     unexportPath(this.bus, path);
     this.objectManager.InterfacesRemoved(path, [MACHINE_INTERFACE]);
     this.manager.MachineRemoved(name, path);
   }
 
+  private dropReplies(): void {
+    this.listReply = undefined;
+    this.objectsReply = undefined;
+  }
+
+  /** What the manager's reads answer from: the exported objects, never the store. */
+  private readonly directory: MachineDirectory = {
+    list: () => {
+      // Names and the state and power words never fail the guard's check; were one to, the
+      // plain reply lets the guard refuse it as it refuses any other.
+      const ifaces = this.sortedNames.map((name) => this.machines.get(name)!);
+      if (ifaces.some((iface) => iface.listEntryProblem)) return ifaces.map((iface) => iface.listEntry);
+      this.listReply ??= new MarshalledArray(LIST_SIGNATURE, ifaces.map((iface) => iface.listElement()));
+      return this.listReply;
+    },
+    pathOf: (name) => this.machines.get(name)?.objectPath,
+  };
+
   /** One machine that cannot be encoded is left out (and logged), so the others still reach everyone. */
-  private managedObjects(): ManagedObjects {
-    const objects: ManagedObjects = {};
+  private managedObjects(): MarshalledArray {
+    if (this.objectsReply) return this.objectsReply;
+    const elements: Buffer[] = [];
     for (const iface of this.machines.values()) {
       if (iface.encodingProblem) {
         this.logger.error('machine left out of GetManagedObjects: a property cannot be encoded', { machine: iface.machineName, error: iface.encodingProblem });
         continue;
       }
-      objects[machineObjectPath(iface.machineName)] = { [MACHINE_INTERFACE]: iface.variants() };
+      elements.push(iface.managedElement());
     }
-    return objects;
+    this.objectsReply = new MarshalledArray(MANAGED_OBJECTS_SIGNATURE, elements);
+    return this.objectsReply;
   }
 
   private interfaceAt(path: string, name: string): SnapshotInterface | undefined {
     if (path === MANAGER_PATH) return name === MANAGER_INTERFACE ? this.manager : undefined;
     if (!path.startsWith(MACHINE_PATH_PREFIX)) return undefined;
     for (const iface of this.machines.values()) {
-      if (machineObjectPath(iface.machineName) === path && name === MACHINE_INTERFACE) return iface;
+      if (iface.objectPath === path && name === MACHINE_INTERFACE) return iface;
     }
     return undefined;
   }
@@ -225,6 +264,18 @@ export class DBusService {
     this.bus.send(Message.newError(msg as unknown as string, reply[0], reply[1]));
     return true;
   };
+}
+
+/** Where `name` is in the sorted `names`, or would go (the same order as Array.prototype.sort). */
+function insertionIndex(names: string[], name: string): number {
+  let lo = 0;
+  let hi = names.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (names[mid]! < name) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
 }
 
 // dbus-next's unexport(path, iface) drops the whole object after the first interface (it tests

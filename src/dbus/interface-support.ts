@@ -1,5 +1,5 @@
 import { Variant, interface as dbusInterface } from 'dbus-next';
-import { unmarshallableText } from './outbound-guard.js';
+import { checkOnce, unmarshallableText } from './outbound-guard.js';
 
 // Shared plumbing for our exported interfaces: read-only properties served from a snapshot,
 // PropertiesChanged only for values that really changed, and named arguments in Introspect.
@@ -24,6 +24,14 @@ export function usec(ms: number): bigint {
 export function uint32(n: number | undefined): number {
   if (n === undefined || !Number.isFinite(n) || n < 0) return 0;
   return Math.min(Math.floor(n), 0xffffffff);
+}
+
+function deepFreeze<T>(value: T): T {
+  if (typeof value === 'object' && value !== null && !Object.isFrozen(value)) {
+    Object.freeze(value);
+    for (const child of Object.values(value)) deepFreeze(child);
+  }
+  return value;
 }
 
 function sameValue(a: unknown, b: unknown): boolean {
@@ -79,11 +87,14 @@ export class SnapshotInterface extends dbusInterface.Interface {
   values: PropertyValues = {};
   /** Why the snapshot cannot go on the bus (checked once per change), or undefined. */
   encodingProblem: string | undefined;
+  /** variants() of the current snapshot, built on first use after a change. */
+  private cachedVariants: Record<string, Variant> | undefined;
 
   /** Replaces the snapshot; emits PropertiesChanged (when `emit`) for the values that differ. */
   setValues(next: PropertyValues, emit = true): string[] {
     const changed = Object.keys(next).filter((k) => !sameValue(this.values[k], next[k]));
     this.values = next;
+    this.cachedVariants = undefined;
     this.encodingProblem = unmarshallableText(next);
     if (emit && changed.length > 0) {
       dbusInterface.Interface.emitPropertiesChanged(this, Object.fromEntries(changed.map((k) => [k, next[k]])), []);
@@ -91,11 +102,19 @@ export class SnapshotInterface extends dbusInterface.Interface {
     return changed;
   }
 
-  /** All properties as a{sv}, for GetManagedObjects and InterfacesAdded. */
+  /**
+   * All properties as a{sv}, for GetManagedObjects and InterfacesAdded: one frozen object per
+   * snapshot, shared by every call until the next change (the outbound guard knows it is checked).
+   */
   variants(): Record<string, Variant> {
-    return Object.fromEntries(
-      Object.entries(this.memberTable.properties).map(([name, sig]) => [name, new Variant(sig, this.values[name])]),
-    );
+    if (!this.cachedVariants) {
+      const variants = Object.fromEntries(
+        Object.entries(this.memberTable.properties).map(([name, sig]) => [name, deepFreeze(new Variant(sig, this.values[name]))]),
+      );
+      checkOnce(variants);
+      this.cachedVariants = variants;
+    }
+    return this.cachedVariants;
   }
 
   // dbus-next introspects arguments without names; add them so busctl introspect reads like the XML.

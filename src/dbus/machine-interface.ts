@@ -1,7 +1,11 @@
 import { describeRecord } from '../machine/describe.js';
 import { specView, type MachineRecord } from '../machine/record.js';
+import { machineObjectPath } from '../machine/names.js';
 import type { MachineApi } from '../service/api.js';
 import { mapErrors } from './errors.js';
+import type { InterfacesAndProperties } from './object-manager.js';
+import { checkOnce } from './outbound-guard.js';
+import { marshalElement } from './marshalled.js';
 import { SnapshotInterface, configureInterface, uint32, usec, type PropertyValues } from './interface-support.js';
 
 // org.vmkeeper1.Machine: one exported object per machine record, fed by the api's change events.
@@ -33,17 +37,75 @@ export function machineProperties(r: MachineRecord, defaultGraceSec: number): Pr
   };
 }
 
+export const LIST_SIGNATURE = 'a(ssso)';
+export const MANAGED_OBJECTS_SIGNATURE = 'a{oa{sa{sv}}}';
+
+/** One ListMachines entry: name, state, power, object path. */
+export type MachineListEntry = readonly [string, string, string, string];
+
 export class MachineInterface extends SnapshotInterface {
+  readonly objectPath: string;
+  /** This machine's ListMachines entry, frozen and checked; a new array only when state or power change. */
+  listEntry: MachineListEntry;
+  /** Why listEntry cannot go on the bus, or undefined (names and state words are always fine). */
+  listEntryProblem: string | undefined;
+
   constructor(
     private readonly api: MachineApi,
     readonly machineName: string,
   ) {
     super(MACHINE_INTERFACE);
+    this.objectPath = machineObjectPath(machineName);
+    this.listEntry = this.entry('', '');
   }
 
-  /** Takes a new record; emits PropertiesChanged for what differs unless `emit` is false. */
+  /**
+   * Takes a new record; emits PropertiesChanged for what differs unless `emit` is false. Returns
+   * the names of the properties that changed.
+   */
   update(record: MachineRecord, defaultGraceSec: number, emit = true): string[] {
-    return this.setValues(machineProperties(record, defaultGraceSec), emit);
+    const changed = this.setValues(machineProperties(record, defaultGraceSec), emit);
+    const [, state, power] = this.listEntry;
+    if (record.status.state !== state || record.spec.power !== power) this.listEntry = this.entry(record.status.state, record.spec.power);
+    return changed;
+  }
+
+  /** This machine in GetManagedObjects (its one interface and all properties), shared until it changes. */
+  managedInterfaces(): InterfacesAndProperties {
+    const variants = this.variants();
+    if (this.managed?.variants !== variants) {
+      const value = { [MACHINE_INTERFACE]: variants };
+      checkOnce(value);
+      this.managed = { variants, value };
+    }
+    return this.managed.value;
+  }
+
+  private managed: { variants: object; value: InterfacesAndProperties } | undefined;
+  private listBytes: { entry: MachineListEntry; bytes: Buffer } | undefined;
+  private objectBytes: { value: InterfacesAndProperties; bytes: Buffer } | undefined;
+
+  /** listEntry marshalled as one element of ListMachines' a(ssso), redone only when it changes. */
+  listElement(): Buffer {
+    if (this.listBytes?.entry !== this.listEntry) {
+      this.listBytes = { entry: this.listEntry, bytes: marshalElement(LIST_SIGNATURE, [this.listEntry]) };
+    }
+    return this.listBytes.bytes;
+  }
+
+  /** This machine marshalled as one entry of GetManagedObjects' a{oa{sa{sv}}}, redone only when it changes. */
+  managedElement(): Buffer {
+    const value = this.managedInterfaces();
+    if (this.objectBytes?.value !== value) {
+      this.objectBytes = { value, bytes: marshalElement(MANAGED_OBJECTS_SIGNATURE, { [this.objectPath]: value }) };
+    }
+    return this.objectBytes.bytes;
+  }
+
+  private entry(state: string, power: string): MachineListEntry {
+    const entry: MachineListEntry = [this.machineName, state, power, this.objectPath];
+    this.listEntryProblem = checkOnce(entry);
+    return entry;
   }
 
   Delete(): Promise<void> {

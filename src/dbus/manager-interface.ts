@@ -3,6 +3,8 @@ import { describeRecord } from '../machine/describe.js';
 import { machineObjectPath } from '../machine/names.js';
 import type { AgentEvent, MachineApi, ManagerInfo } from '../service/api.js';
 import { mapErrors } from './errors.js';
+import type { MachineListEntry } from './machine-interface.js';
+import type { MarshalledArray } from './marshalled.js';
 import { SnapshotInterface, configureInterface, uint32, usec, type PropertyValues } from './interface-support.js';
 
 // org.vmkeeper1.Manager on /org/vmkeeper1 (docs/dbus-api.md). Every method goes through mapErrors.
@@ -26,8 +28,20 @@ export function eventBody(e: AgentEvent): [bigint, string, string, string, strin
   return [usec(e.timestamp), e.machine, e.type, e.reason, e.message];
 }
 
+/** The exported machine objects, kept by the D-Bus service: what reads answer from. */
+export interface MachineDirectory {
+  /** ListMachines' reply, sorted by name: marshalled, or as values. */
+  list(): MarshalledArray | readonly MachineListEntry[];
+  /** The object path of an exported machine, or undefined. */
+  pathOf(name: string): string | undefined;
+}
+
 export class ManagerInterface extends SnapshotInterface {
-  constructor(private readonly api: MachineApi) {
+  constructor(
+    private readonly api: MachineApi,
+    /** Without one, reads go to the api (and build every answer anew). */
+    private readonly directory?: MachineDirectory,
+  ) {
     super(MANAGER_INTERFACE);
     this.setValues(managerProperties(api.info()), false);
   }
@@ -37,12 +51,13 @@ export class ManagerInterface extends SnapshotInterface {
   }
 
   GetMachine(name: string): Promise<string> {
-    return mapErrors(() => machineObjectPath(this.api.get(name).name));
+    // An exported machine answers from the directory; anything else gets the api's error.
+    return mapErrors(() => this.directory?.pathOf(name) ?? machineObjectPath(this.api.get(name).name));
   }
 
-  ListMachines(): Promise<[string, string, string, string][]> {
+  ListMachines(): Promise<MarshalledArray | readonly MachineListEntry[]> {
     return mapErrors(() =>
-      this.api.list().map((r) => [r.name, r.status.state, r.spec.power, machineObjectPath(r.name)] as [string, string, string, string]),
+      this.directory?.list() ?? this.api.list().map((r) => [r.name, r.status.state, r.spec.power, machineObjectPath(r.name)] as const),
     );
   }
 

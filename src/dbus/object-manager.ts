@@ -1,6 +1,7 @@
 import type { Variant } from 'dbus-next';
 import { mapErrors } from './errors.js';
 import { SnapshotInterface, configureInterface } from './interface-support.js';
+import type { MarshalledArray } from './marshalled.js';
 
 // org.freedesktop.DBus.ObjectManager on /org/vmkeeper1: dbus-next has none built in.
 
@@ -10,12 +11,15 @@ export type InterfacesAndProperties = Record<string, Record<string, Variant>>;
 export type ManagedObjects = Record<string, InterfacesAndProperties>;
 
 export class ObjectManagerInterface extends SnapshotInterface {
-  /** `objects` lists the exported children (never the manager object itself, as the spec says). */
-  constructor(private readonly objects: () => ManagedObjects) {
+  /**
+   * `objects` lists the exported children (never the manager object itself, as the spec says),
+   * as values or already marshalled.
+   */
+  constructor(private readonly objects: () => ManagedObjects | MarshalledArray) {
     super(OBJECT_MANAGER_INTERFACE);
   }
 
-  GetManagedObjects(): Promise<ManagedObjects> {
+  GetManagedObjects(): Promise<ManagedObjects | MarshalledArray> {
     return mapErrors(() => this.objects());
   }
 

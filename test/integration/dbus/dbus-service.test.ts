@@ -266,8 +266,9 @@ describe('DBusService on a private session-like bus', () => {
 
   it('a non-AgentError becomes org.freedesktop.DBus.Error.Failed with one line and no stack', async () => {
     const boom = new TypeError("Cannot read properties of undefined (reading 'status')");
-    failNextCall(h.core.service, 'list', boom);
-    const outcome = await dbusSend(h.daemon.address, ROOT, `${MANAGER}.ListMachines`);
+    // ListMachines answers from the exported objects; DescribeMachine still asks the service.
+    failNextCall(h.core.service, 'get', boom);
+    const outcome = await dbusSend(h.daemon.address, ROOT, `${MANAGER}.DescribeMachine`, ['string:app']);
     expect(outcome).toMatchObject({ errorName: 'org.freedesktop.DBus.Error.Failed', message: boom.message });
     failNextCall(h.core.service, 'events', new Error('first line\n    at secret (/srv/app/src/x.ts:1:1)'));
     const viaBusctl = await busctl(h.daemon.address, ['call', 'org.vmkeeper1', ROOT, MANAGER, 'ListEvents']);
