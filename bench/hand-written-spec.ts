@@ -1,7 +1,7 @@
 import path from 'node:path';
 import { MAX_ANNOTATIONS, MAX_ANNOTATIONS_BYTES, annotationKeyProblem, emptyAnnotations, type Annotations } from '../src/machine/annotations.js';
 import { invalidSpec } from '../src/machine/errors.js';
-import type { BootSpec, DiskSpec, MachineSpec, NicSpec, PowerState, SpecLimits } from '../src/machine/spec.js';
+import { parseSpecJson, type BootSpec, type DiskSpec, type MachineSpec, type NicSpec, type PowerState, type SpecLimits } from '../src/machine/spec.js';
 import { textProblem } from '../src/machine/text-rules.js';
 
 // The spec validator as it was before valibot (hand-written, one function per section), kept
@@ -32,7 +32,6 @@ function parseAnnotations(v: unknown, field = 'annotations'): Annotations {
   return out;
 }
 
-const MAX_SPEC_BYTES = 64 * 1024;
 const MAX_DISKS = 16;
 const MAX_NICS = 16;
 const MAX_GRACE_SEC = 24 * 3600;
@@ -143,14 +142,7 @@ function parsePower(v: unknown, field = 'power'): PowerState {
 
 /** Parses and validates spec JSON text; throws InvalidSpec naming the field. */
 export function parseMachineSpecHandWritten(jsonText: string, limits: SpecLimits): MachineSpec {
-  if (Buffer.byteLength(jsonText, 'utf8') > MAX_SPEC_BYTES) throw invalidSpec('(spec)', `must be at most ${MAX_SPEC_BYTES} bytes`);
-  let raw: unknown;
-  try {
-    raw = JSON.parse(jsonText);
-  } catch (err) {
-    throw invalidSpec('(spec)', `is not valid JSON: ${(err as Error).message}`);
-  }
-  return validateMachineSpec(raw, limits);
+  return validateMachineSpec(parseSpecJson(jsonText), limits);
 }
 
 function validateMachineSpec(raw: unknown, limits: SpecLimits): MachineSpec {

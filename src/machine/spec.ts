@@ -41,16 +41,19 @@ export function parsePower(value: unknown, field = 'power'): PowerState {
   return result.value;
 }
 
-/** Parses and validates spec JSON text; throws InvalidSpec naming the field. */
-export function parseMachineSpec(jsonText: string, limits: SpecLimits): MachineSpec {
+/** Spec JSON text as a value, bounded in size; throws InvalidSpec for text that is too big or not JSON. */
+export function parseSpecJson(jsonText: string): unknown {
   if (Buffer.byteLength(jsonText, 'utf8') > MAX_SPEC_BYTES) throw invalidSpec('(spec)', `must be at most ${MAX_SPEC_BYTES} bytes`);
-  let raw: unknown;
   try {
-    raw = JSON.parse(jsonText);
+    return JSON.parse(jsonText);
   } catch (err) {
     throw invalidSpec('(spec)', `is not valid JSON: ${(err as Error).message}`);
   }
-  return validateMachineSpec(raw, limits);
+}
+
+/** Parses and validates spec JSON text; throws InvalidSpec naming the field. */
+export function parseMachineSpec(jsonText: string, limits: SpecLimits): MachineSpec {
+  return validateMachineSpec(parseSpecJson(jsonText), limits);
 }
 
 export function validateMachineSpec(raw: unknown, limits: SpecLimits): MachineSpec {

@@ -23,7 +23,7 @@ import { Harness as AgentCore } from '../../support/agent-harness.js';
 import { countSubscriptions, failNextCall } from '../../support/api-probes.js';
 import { SignalRecorder, changedProperties } from '../../support/signals.js';
 import { waitFor } from '../../support/wait.js';
-import { captureLogger } from '../../unit/store/records.js';
+import { captureLogger } from '../../support/records.js';
 
 const ROOT = '/org/vmkeeper1';
 const MANAGER = 'org.vmkeeper1.Manager';

@@ -9,7 +9,7 @@ import { spawnAgent, type AgentProcess } from '../../support/agent-process.js';
 import { startSystemBus } from '../../support/dbus-daemon.js';
 import { virsh } from '../../support/libvirtd.js';
 import { waitFor } from '../../support/wait.js';
-import { makeRecord } from '../../unit/store/records.js';
+import { makeRecord } from '../../support/records.js';
 import { isRoot, listMachines, manager, startRig, type Rig } from '../reliability/helpers.js';
 
 // Issue 15, item 4: root (or a restore from backup) edits the state dir. Each planted file is

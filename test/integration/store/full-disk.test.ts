@@ -6,7 +6,7 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { silentLogger } from '../../../src/logging/logger.js';
 import { FileMachineStore } from '../../../src/store/file-store.js';
-import { makeRecord } from '../../unit/store/records.js';
+import { makeRecord } from '../../support/records.js';
 
 // A real ENOSPC from the kernel: a 64 KiB tmpfs, filled up. Needs root (or CAP_SYS_ADMIN).
 const mnt = mkdtempSync(path.join(tmpdir(), 'vmkeeper-full-'));

@@ -6,7 +6,7 @@ import { silentLogger } from '../../../src/logging/logger.js';
 import { cloneRecord } from '../../../src/machine/record.js';
 import { FileMachineStore } from '../../../src/store/file-store.js';
 import { type StoreFs, nodeStoreFs } from '../../../src/store/store-fs.js';
-import { makeRecord } from '../../unit/store/records.js';
+import { makeRecord } from '../../support/records.js';
 
 // Issue 12: 8 concurrent writers on a real disk must share folder fsyncs (group commit) and stay
 // far from one fsync chain per write. Margins are wide: the goal is 2,000 writes/s, a machine under

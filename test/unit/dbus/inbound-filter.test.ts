@@ -6,7 +6,7 @@ import { filterInbound, type InboundCall } from '../../../src/dbus/inbound-filte
 import { MAX_INBOUND_BODY_BYTES, inboundJudge, methodSignatures } from '../../../src/dbus/inbound-policy.js';
 import { ManagerInterface } from '../../../src/dbus/manager-interface.js';
 import { waitFor } from '../../support/wait.js';
-import { captureLogger } from '../store/records.js';
+import { captureLogger } from '../../support/records.js';
 
 // The filter runs in front of dbus-next's real parser on a stream we write wire bytes into.
 const requireDbus = createRequire(import.meta.url);

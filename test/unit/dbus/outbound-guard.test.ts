@@ -3,7 +3,7 @@ import { Message, MessageType, Variant, type MessageBus } from 'dbus-next';
 import { describe, expect, it } from 'vitest';
 import { DBUS_ERROR_INTERNAL } from '../../../src/dbus/errors.js';
 import { guardOutbound, unmarshallableText } from '../../../src/dbus/outbound-guard.js';
-import { captureLogger } from '../store/records.js';
+import { captureLogger } from '../../support/records.js';
 
 // dbus-next's own marshaller stands in for the socket, so a value it refuses throws as on the bus.
 const { marshallMessage } = createRequire(import.meta.url)('dbus-next/lib/marshall-compat') as { marshallMessage(m: Message): unknown };

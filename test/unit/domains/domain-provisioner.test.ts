@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { DomainProvisioner } from '../../../src/domains/domain-provisioner.js';
 import { FakeDiskProvisioner } from '../../support/fakes/fake-disks.js';
 import { FakeHypervisor } from '../../support/fakes/fake-hypervisor.js';
-import { makeRecord } from '../store/records.js';
+import { makeRecord } from '../../support/records.js';
 
 const STATE = '/state';
 

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { flushMicrotasks } from '../../support/fakes/fake-clock.js';
 import { KeyedLock } from '../../../src/lifecycle/keyed-lock.js';
-import { deferred } from './deferred.js';
+import { deferred } from '../../support/deferred.js';
 
 describe('KeyedLock', () => {
   it('runs work on one key one at a time, in call order', async () => {

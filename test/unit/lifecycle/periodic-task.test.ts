@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { FakeClock, flushMicrotasks } from '../../support/fakes/fake-clock.js';
 import { PeriodicTask } from '../../../src/lifecycle/timers.js';
-import { deferred } from './deferred.js';
+import { deferred } from '../../support/deferred.js';
 
 const INTERVAL = 1000;
 

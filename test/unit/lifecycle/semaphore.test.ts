@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { flushMicrotasks } from '../../support/fakes/fake-clock.js';
 import { Semaphore } from '../../../src/lifecycle/semaphore.js';
-import { deferred } from './deferred.js';
+import { deferred } from '../../support/deferred.js';
 
 /** Jobs that stay open until the test releases them, recording how many ran at once and in what order. */
 function jobs() {

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { FakeClock } from '../../support/fakes/fake-clock.js';
 import { withTimeout } from '../../../src/lifecycle/with-timeout.js';
-import { deferred } from './deferred.js';
+import { deferred } from '../../support/deferred.js';
 
 const timedOut = () => new Error('timed out');
 

@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { AgentError } from '../../../src/machine/errors.js';
 import { FileMachineStore } from '../../../src/store/file-store.js';
 import { type StoreFs, nodeStoreFs } from '../../../src/store/store-fs.js';
-import { errnoError, makeRecord, newTestStore, useTempStateDir } from './records.js';
+import { errnoError, makeRecord, newTestStore, useTempStateDir } from '../../support/records.js';
 
 const paths = useTempStateDir();
 

@@ -2,7 +2,7 @@ import { readFile, readdir } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { type StoreFs, nodeStoreFs } from '../../../src/store/store-fs.js';
-import { errnoError, makeRecord, newTestStore, useTempStateDir } from './records.js';
+import { errnoError, makeRecord, newTestStore, useTempStateDir } from '../../support/records.js';
 
 // Group commit (issue 12): writes that arrive while a batch is committed form the next batch,
 // which fsyncs the records folder once; nobody is answered before their record is durable.

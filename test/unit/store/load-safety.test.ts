@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { MAX_RECORD_BYTES } from '../../../src/store/file-store.js';
-import { makeRecord, newTestStore, useTempStateDir } from './records.js';
+import { makeRecord, newTestStore, useTempStateDir } from '../../support/records.js';
 
 // Issue 15: the state dir gets backups, restores and hand edits. Load reads only regular files of
 // bounded size, never follows a link, never blocks, and logs a reason without the file's content.

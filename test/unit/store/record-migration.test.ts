@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { RECORD_API_VERSION, cloneRecord } from '../../../src/machine/record.js';
 import { migrateToCurrent } from '../../../src/store/record-migration.js';
 import { InvalidStoredRecord } from '../../../src/store/record-validation.js';
-import { errnoError, makeRecord, newTestStore, useTempStateDir } from './records.js';
+import { errnoError, makeRecord, newTestStore, useTempStateDir } from '../../support/records.js';
 
 // The on-disk format is versioned: a record of the previous release (vmkeeper/v1) loads, is
 // migrated in memory, and is written as vmkeeper/v2 on its next change, crash-safely as any write.

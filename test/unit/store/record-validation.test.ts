@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import type { MachineRecord } from '../../../src/machine/record.js';
 import { DEFAULT_SPEC_LIMITS } from '../../../src/machine/spec.js';
 import { InvalidStoredRecord, StoredRecordValidator } from '../../../src/store/record-validation.js';
-import { makeRecord, makeV1Record } from './records.js';
+import { makeRecord, makeV1Record } from '../../support/records.js';
 
 // Issue 15: a loaded record is checked exactly as the API checks a new one, with the limits the
 // agent was configured with; what would be refused over D-Bus is quarantined, never acted on.

@@ -2,7 +2,7 @@ import { readFile, readdir } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { type StoreFs, nodeStoreFs } from '../../../src/store/store-fs.js';
-import { errnoError, makeRecord, newTestStore, useTempStateDir } from './records.js';
+import { errnoError, makeRecord, newTestStore, useTempStateDir } from '../../support/records.js';
 
 // Issue 10: a directory fsync that fails after the rename left the caller told "failed" while
 // disk (and every restart) had the new record. What the caller is told must be what a restart sees.

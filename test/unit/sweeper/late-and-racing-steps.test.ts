@@ -3,7 +3,7 @@ import { Harness } from '../../support/agent-harness.js';
 import type { MemoryStore } from '../../support/memory-store.js';
 import { domainNameFor as dom } from '../../../src/machine/names.js';
 import type { MachineRecord } from '../../../src/machine/record.js';
-import { deferred } from '../lifecycle/deferred.js';
+import { deferred } from '../../support/deferred.js';
 
 let h: Harness;
 afterEach(async () => {

@@ -2,7 +2,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { formatStatus, StatusReporter } from '../../../src/systemd/status.js';
 import { notifierFrom } from '../../../src/systemd/notifier.js';
 import { Harness } from '../../support/agent-harness.js';
-import { makeRecord } from '../store/records.js';
+import { makeRecord } from '../../support/records.js';
 
 describe('STATUS= line', () => {
   it('counts machines by what an operator cares about', () => {

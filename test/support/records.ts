@@ -2,9 +2,9 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach } from 'vitest';
-import { type MachineRecord, RECORD_API_VERSION, newStatus } from '../../../src/machine/record.js';
-import { FileMachineStore, type FileMachineStoreOptions } from '../../../src/store/file-store.js';
-import type { LogFields, Logger } from '../../../src/logging/logger.js';
+import { type MachineRecord, RECORD_API_VERSION, newStatus } from '../../src/machine/record.js';
+import { FileMachineStore, type FileMachineStoreOptions } from '../../src/store/file-store.js';
+import type { LogFields, Logger } from '../../src/logging/logger.js';
 
 // Shared fixtures for the store tests.
 
