@@ -262,6 +262,31 @@ describe('annotate', () => {
     expect(await s.run('annotate', 'web-1', 'owner=b', 'tier-', 'env=prod')).toBe(0);
     expect(s.client.machines.get('web-1')!.annotations).toEqual({ owner: 'b', env: 'prod' });
     expect(s.io.stdout).toBe('web-1: annotated\n');
+    expect(s.client.calls).toContain('annotate web-1 {"owner":"b","env":"prod"} @1');
+  });
+
+  it('on a Conflict reads again and merges into what the other writer left, never over it', async () => {
+    const s = setup();
+    s.client.add(machine('web-1', { annotations: { owner: 'a' } }));
+    let raced = false;
+    s.client.beforeAnnotate = (name) => {
+      if (raced) return;
+      raced = true;
+      const m = s.client.machines.get(name)!;
+      s.client.machines.set(name, { ...m, annotations: { owner: 'a', other: 'writer' }, resourceVersion: m.resourceVersion + 1 });
+    };
+    expect(await s.run('annotate', 'web-1', 'env=prod')).toBe(0);
+    expect(s.client.machines.get('web-1')!.annotations).toEqual({ owner: 'a', other: 'writer', env: 'prod' });
+    expect(s.client.calls.filter((c) => c.startsWith('annotate'))).toHaveLength(2);
+  });
+
+  it('gives up with a conflict exit code after a bounded number of attempts', async () => {
+    const s = setup();
+    s.client.add(machine('web-1'));
+    s.client.beforeAnnotate = (name) => s.client.change(name, {});
+    expect(await s.run('annotate', 'web-1', 'env=prod')).toBe(7);
+    expect(s.client.calls.filter((c) => c.startsWith('annotate'))).toHaveLength(5);
+    expect(s.io.stderr).toMatch(/kept changing/);
   });
 });
 
