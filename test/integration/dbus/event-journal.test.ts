@@ -3,7 +3,7 @@ import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { busctlCall, busctlGetProperty, dbusSend, ensureUserInGroup, run, type RunAs } from '../../support/busctl.js';
+import { NOBODY, busctlCall, busctlGetProperty, dbusSend, ensureUserInGroup, run, type RunAs } from '../../support/busctl.js';
 import { startSystemBus, type PrivateBus } from '../../support/dbus-daemon.js';
 import { startAgent, type AgentProcess, type AgentProcessOptions } from '../../support/agent-process.js';
 import { waitFor } from '../../support/wait.js';
@@ -27,7 +27,7 @@ let opts: AgentProcessOptions;
 let agent: AgentProcess;
 
 const call = (method: string, sig = '', args: (string | number)[] = [], as?: RunAs) => busctlCall(bus.address, ...MANAGER, method, sig, args, { as });
-const send = (member: string, args: string[] = []) => dbusSend(bus.address, MANAGER[0], `${MANAGER[1]}.${member}`, args);
+const send = (member: string, args: string[] = [], as?: RunAs) => dbusSend(bus.address, MANAGER[0], `${MANAGER[1]}.${member}`, args, { as });
 const since = async (after: number, machine = '') => {
   const [events, next] = (await call('ListEventsSince', 'ts', [after, machine])).data as [EventRow[], number];
   return { events, next };
@@ -98,6 +98,12 @@ describe.skipIf(!isRoot)('event journal, compare-and-set and callers over D-Bus'
     expect(other.errorName).toBe('org.vmkeeper1.Error.MachineExists');
     expect((await since(0, 'idem-1')).events.filter((e) => e[4] === 'Created')).toHaveLength(1);
   }, 60_000);
+
+  it('the bus policy lets everyone read the journal, and only operators compare-and-set', async () => {
+    expect((await send('ListEventsSince', ['uint64:0', 'string:'], NOBODY)).ok).toBe(true);
+    const write = await send('SetMachineAnnotationsIfVersion', ['string:seq-1', 'dict:string:string:k,v', 'uint64:0'], NOBODY);
+    expect(write.errorName).toBe('org.freedesktop.DBus.Error.AccessDenied');
+  });
 
   it('refuses a cursor ahead of the journal with EventsExpired, and a bad machine name with InvalidName', async () => {
     const last = (await since(0)).next;
