@@ -12,6 +12,8 @@ import type { ImageChecker } from './hypervisor/image-guard.js';
 import type { MachineStore } from './store/port.js';
 import type { MachineApiEvents } from './service/api.js';
 import { EventLog } from './service/event-log.js';
+import { EventJournal } from './events/event-journal.js';
+import type { SegmentFiles } from './events/segment-files.js';
 import { MachineRecords } from './service/machine-records.js';
 import { MachineService } from './service/machine-service.js';
 import { DomainObserver } from './domains/domain-observer.js';
@@ -32,6 +34,8 @@ export interface AgentParts {
   disks: DiskProvisioner;
   /** Checks image paths on disk (symlinks, backing chains); without it only their text is checked. */
   images?: ImageChecker;
+  /** Where the event journal persists; without it events live in memory only. */
+  eventFiles?: SegmentFiles;
 }
 
 /** The agent's core, wired: everything except the process (signals, bus, sd_notify) around it. */
@@ -41,6 +45,7 @@ export class Agent {
   readonly reconciler: Reconciler;
   readonly sweeper: Sweeper;
   readonly records: MachineRecords;
+  readonly journal: EventJournal;
   /** Which domains under our names are really ours; shared by every part that acts on domains. */
   readonly ownership: DomainOwnership;
   private readonly logger: Logger;
@@ -49,7 +54,14 @@ export class Agent {
     const { config, clock, logger, store, hypervisor, disks } = parts;
     this.logger = logger;
     const emitter = new TypedEmitter<MachineApiEvents>((err) => logger.error(`event listener failed: ${describeError(err)}`));
-    const events = new EventLog(clock, logger, (e) => emitter.emit('event', e));
+    this.journal = new EventJournal({
+      clock,
+      logger,
+      retention: { maxCount: config.events.maxCount, maxAgeMs: config.events.maxAgeSec * 1000 },
+      files: parts.eventFiles,
+      onDurable: (batch) => batch.forEach((e) => emitter.emit('eventJournaled', e)),
+    });
+    const events = new EventLog(clock, logger, (e) => emitter.emit('event', e), this.journal);
     this.records = new MachineRecords(store, events, emitter);
     const machineLock = new KeyedLock();
     const provisioner = new DomainProvisioner(hypervisor, disks, config.stateDir, parts.images);
@@ -107,6 +119,7 @@ export class Agent {
   /** Loads the records and starts watching libvirt. A dead libvirtd leaves the agent degraded, not down. */
   async start(): Promise<void> {
     // The store logs each quarantined file itself, once, with its reason.
+    await this.journal.open();
     const loaded = await this.parts.store.load();
     this.logger.info(`loaded ${loaded.records} machine records from ${recordsDir(this.parts.config.stateDir)}`);
     this.reconciler.start();
@@ -144,5 +157,6 @@ export class Agent {
     this.reconciler.stop();
     await this.observer.stop();
     await this.parts.hypervisor.close().catch((err) => this.logger.warn(`closing libvirt: ${describeError(err)}`));
+    await this.journal.close().catch((err) => this.logger.warn(`closing the event journal: ${describeError(err)}`));
   }
 }

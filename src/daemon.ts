@@ -16,7 +16,8 @@ import { systemClock } from './lifecycle/clock.js';
 import { PartSequence } from './lifecycle/part-sequence.js';
 import type { Logger } from './logging/logger.js';
 import { describeError } from './machine/errors.js';
-import { recordsDir } from './machine/paths.js';
+import { eventsDir, recordsDir } from './machine/paths.js';
+import { SegmentFiles } from './events/segment-files.js';
 import { FileMachineStore } from './store/file-store.js';
 import { StoredRecordValidator } from './store/record-validation.js';
 import { busSelfCall } from './systemd/bus-probe.js';
@@ -76,6 +77,7 @@ export class Daemon {
       store: new FileMachineStore({ dir: recordsDir(config.stateDir), logger, validator: new StoredRecordValidator(specLimitsFrom(config)) }),
       hypervisor: new LibvirtHypervisor({ uri: config.libvirt.uri, callTimeoutMs, logger, clock }),
       disks: new QemuImgDiskProvisioner({ logger }),
+      eventFiles: new SegmentFiles(eventsDir(config.stateDir), logger),
       images: new ImageGuard({ imageDirectories: config.imageDirectories, inspect: qemuImgInspector(inspector) }),
     });
     const agent = this.agent;

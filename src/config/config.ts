@@ -32,6 +32,7 @@ export function defaultConfig(): Config {
       pollIntervalMs: 1000,
     },
     hostShutdown: { action: 'shutdown', timeoutSec: 120, parallelism: 8, onServiceStop: 'leave' },
+    events: { maxCount: 10_000, maxAgeSec: 604_800 },
     log: { level: 'info', format: 'text' },
   };
 }

@@ -78,6 +78,7 @@ export const CONFIG_FIELDS = {
     parallelism: integer(1, 1024),
     onServiceStop: oneOf('leave', 'shutdown'),
   },
+  events: { maxCount: integer(100, 10_000_000), maxAgeSec: integer(60, 31_536_000) },
   log: { level: oneOf('error', 'warn', 'info', 'debug'), format: oneOf('auto', 'journal', 'text', 'json') },
 };
 

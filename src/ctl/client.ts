@@ -1,9 +1,9 @@
 import { Message, MessageType, type MessageBus } from 'dbus-next';
 import { connectBus, onBusLost } from '../dbus/bus-address.js';
 import { MANAGER_PATH } from '../machine/names.js';
-import { eventFromTuple, machineFromProperties, managerFromProperties, partialMachine } from './dbus-values.js';
+import { eventFromTuple, machineFromProperties, sequencedEventFromTuple, managerFromProperties, partialMachine } from './dbus-values.js';
 import { CtlError, ExitCode, firstLine } from './errors.js';
-import type { AgentEvent, AgentSignal, MachineInfo, ManagerInfo, Subscription, VmkeeperClient } from './model.js';
+import type { AgentEvent, AgentSignal, EventPage, MachineInfo, ManagerInfo, Subscription, VmkeeperClient } from './model.js';
 
 // The CLI's only way to the agent: org.vmkeeper1 over D-Bus (low-level dbus-next messages, so no
 // introspection round trip and no proxy objects).
@@ -84,6 +84,15 @@ export class DBusClient implements VmkeeperClient {
     await this.manager('SetMachineAnnotations', 'sa{ss}', [name, annotations]);
   }
 
+  async setMachineAnnotationsIfVersion(name: string, annotations: Record<string, string>, expected: number): Promise<void> {
+    await this.manager('SetMachineAnnotationsIfVersion', 'sa{ss}t', [name, annotations, BigInt(expected)]);
+  }
+
+  async listEventsSince(after: number, machine = ''): Promise<EventPage> {
+    const [events, next] = (await this.manager('ListEventsSince', 'ts', [BigInt(after), machine])) as [unknown[][], unknown];
+    return { events: (events ?? []).map(sequencedEventFromTuple), next: Number(next) };
+  }
+
   async listEvents(): Promise<AgentEvent[]> {
     const [events] = (await this.manager('ListEvents')) as [unknown[][]];
     return (events ?? []).map(eventFromTuple);
@@ -158,6 +167,7 @@ export function decodeSignal(msg: { interface?: string; member?: string; path?: 
   const body = msg.body;
   if (msg.interface === MANAGER_INTERFACE) {
     if (msg.member === 'MachineEvent') return { kind: 'event', event: eventFromTuple(body) };
+    if (msg.member === 'EventRecorded') return { kind: 'sequenced-event', event: sequencedEventFromTuple(body) };
     if (msg.member === 'MachineNew') return { kind: 'machine-new', name: String(body[0]), path: String(body[1]) };
     if (msg.member === 'MachineRemoved') return { kind: 'machine-removed', name: String(body[0]), path: String(body[1]) };
     return undefined;
@@ -167,6 +177,9 @@ export function decodeSignal(msg: { interface?: string; member?: string; path?: 
   }
   if (msg.interface === DBUS.interface && msg.member === 'NameOwnerChanged' && body[0] === BUS_NAME && body[2] === '') {
     return { kind: 'agent-gone' };
+  }
+  if (msg.interface === DBUS.interface && msg.member === 'NameOwnerChanged' && body[0] === BUS_NAME && body[2] !== '') {
+    return { kind: 'agent-back' };
   }
   return undefined;
 }

@@ -87,3 +87,8 @@ export function managerFromProperties(props: Props): ManagerInfo {
 export function eventFromTuple(t: readonly unknown[]): AgentEvent {
   return { timestamp: usecToMs(t[0]), machine: str(t[1]), type: str(t[2]), reason: str(t[3]), message: str(t[4]) };
 }
+
+/** One (ttssssss) tuple of ListEventsSince or an EventRecorded body. */
+export function sequencedEventFromTuple(t: readonly unknown[]): AgentEvent {
+  return { ...eventFromTuple(t.slice(1)), sequence: Number(t[0]), uid: str(t[6]), call: str(t[7]) };
+}

@@ -44,10 +44,13 @@ export function fromDBusError(name: string, text: string): CtlError {
       return new CtlError(`invalid spec: ${line}`, ExitCode.InvalidInput);
     case `${FDO}InvalidArgs`:
       return new CtlError(`invalid argument: ${line}`, ExitCode.InvalidInput);
+    case `${VMKEEPER}Conflict`:
     case `${VMKEEPER}MachineExists`:
     case `${VMKEEPER}MachineTerminating`:
     case `${VMKEEPER}ShuttingDown`:
       return new CtlError(line, ExitCode.Conflict);
+    case `${VMKEEPER}EventsExpired`:
+      return new CtlError(`events expired: ${line}`, ExitCode.InvalidInput);
     case `${VMKEEPER}HypervisorUnavailable`:
       return new CtlError(`hypervisor unavailable: ${line}`, ExitCode.Failure);
     case `${VMKEEPER}StorageFailure`:

@@ -27,6 +27,17 @@ export interface AgentEvent {
   type: string;
   reason: string;
   message: string;
+  /** From ListEventsSince and EventRecorded; absent from the unsequenced ListEvents. */
+  sequence?: number;
+  /** The caller's unix uid as text, "" for the agent's own doing. */
+  uid?: string;
+  /** The D-Bus member the caller called, "" for the agent's own doing. */
+  call?: string;
+}
+
+export interface EventPage {
+  events: AgentEvent[];
+  next: number;
 }
 
 /** The agent's own ManagerInfo as read off the bus: its state may be one this client does not know. */
@@ -35,6 +46,10 @@ export type ManagerInfo = Omit<AgentManagerInfo, 'state'> & { state: string };
 /** Signals the CLI follows, already decoded. */
 export type AgentSignal =
   | { kind: 'event'; event: AgentEvent }
+  /** EventRecorded: an event with its sequence, sent once it is on disk. */
+  | { kind: 'sequenced-event'; event: AgentEvent }
+  /** org.vmkeeper1 has an owner again: the agent (re)started. */
+  | { kind: 'agent-back' }
   | { kind: 'machine-new'; name: string; path: string }
   | { kind: 'machine-removed'; name: string; path: string }
   | { kind: 'machine-changed'; path: string; changed: Partial<MachineInfo> }
@@ -60,7 +75,11 @@ export interface VmkeeperClient {
   deleteMachine(name: string, graceSec?: number): Promise<void>;
   setMachinePower(name: string, power: 'on' | 'off'): Promise<void>;
   setMachineAnnotations(name: string, annotations: Record<string, string>): Promise<void>;
+  /** Rejects with org.vmkeeper1.Error.Conflict unless the machine is at ResourceVersion `expected`. */
+  setMachineAnnotationsIfVersion(name: string, annotations: Record<string, string>, expected: number): Promise<void>;
   listEvents(): Promise<AgentEvent[]>;
+  /** One page of journaled events after the cursor; machine undefined = all. */
+  listEventsSince(after: number, machine?: string): Promise<EventPage>;
   managerInfo(): Promise<ManagerInfo>;
   /** Starts delivering signals; resolves once the bus has the match rules (so nothing is missed). */
   subscribe(listener: (signal: AgentSignal) => void): Promise<Subscription>;

@@ -15,6 +15,7 @@ import { filterInbound, type InboundJudge } from './inbound-filter.js';
 import { inboundJudge, methodSignatures } from './inbound-policy.js';
 import { OBJECT_MANAGER_INTERFACE, ObjectManagerInterface } from './object-manager.js';
 import { guardOutbound } from './outbound-guard.js';
+import { CallerIdentity } from './caller-identity.js';
 
 // Fronts a MachineApi on the bus: exports the manager and one object per machine, keeps them in
 // step with the api's events, and owns the well-known name.
@@ -38,6 +39,8 @@ export class DBusService {
   private readonly manager: ManagerInterface;
   private readonly objectManager: ObjectManagerInterface;
   private readonly machines = new Map<string, MachineInterface>();
+  /** Whose call caused an event, asked of the bus daemon. */
+  readonly callers: CallerIdentity;
   /** Exported machine names in ListMachines order, kept sorted as machines come and go. */
   private sortedNames: string[] = [];
   /**
@@ -65,7 +68,8 @@ export class DBusService {
     this.bus.on('error', (err: unknown) => this.logger.warn('D-Bus connection error', { error: describeError(err) }));
     guardOutbound(this.bus, this.logger);
     filterInbound(this.bus, this.judgeInbound, this.logger);
-    this.manager = new ManagerInterface(this.api, this.directory);
+    this.callers = new CallerIdentity(this.bus, this.logger);
+    this.manager = new ManagerInterface(this.api, this.directory, this.callers);
     this.objectManager = new ObjectManagerInterface(() => this.managedObjects());
   }
 
@@ -80,6 +84,7 @@ export class DBusService {
     this.manager.setValues(managerProperties(this.api.info()), false);
     for (const record of this.api.list()) this.exportMachine(record, false);
     try {
+      await this.callers.start();
       const reply = await this.bus.requestName(this.busName, NameFlag.DO_NOT_QUEUE);
       if (reply !== RequestNameReply.PRIMARY_OWNER && reply !== RequestNameReply.ALREADY_OWNER) {
         throw new Error(`D-Bus name ${this.busName} is already owned by another process (is another vmkeeperd running?)`);
@@ -111,6 +116,7 @@ export class DBusService {
     this.nameOwned = false;
     this.unsubscribe();
     this.bus.removeMethodHandler(this.denyPropertySet);
+    this.callers.stop();
     for (const iface of this.machines.values()) unexportPath(this.bus, iface.objectPath);
     this.machines.clear();
     this.sortedNames = [];
@@ -122,6 +128,7 @@ export class DBusService {
   private readonly onChanged = (record: MachineRecord) => this.guard('machineChanged', () => this.exportMachine(record, true));
   private readonly onRemoved = (record: MachineRecord) => this.guard('machineRemoved', () => this.unexportMachine(record.name));
   private readonly onEvent = (event: AgentEvent) => this.guard('event', () => this.manager.MachineEvent(event));
+  private readonly onJournaled = (event: AgentEvent) => this.guard('eventJournaled', () => this.manager.EventRecorded(event));
   private readonly onInfo = (info: ManagerInfo) =>
     this.guard('infoChanged', () => {
       this.manager.setValues(managerProperties(info));
@@ -139,6 +146,7 @@ export class DBusService {
       ['machineChanged', this.onChanged],
       ['machineRemoved', this.onRemoved],
       ['event', this.onEvent],
+      ['eventJournaled', this.onJournaled],
       ['infoChanged', this.onInfo],
     ];
   }
@@ -179,7 +187,7 @@ export class DBusService {
       if (existing.listEntry !== entry) this.listReply = undefined;
       return;
     }
-    const iface = new MachineInterface(this.api, record.name);
+    const iface = new MachineInterface(this.api, record.name, this.callers);
     const path = iface.objectPath;
     iface.update(record, defaultGrace, false);
     this.bus.export(path, iface);

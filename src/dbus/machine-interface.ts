@@ -3,6 +3,8 @@ import { specView, type MachineRecord } from '../machine/record.js';
 import { machineObjectPath } from '../machine/names.js';
 import type { MachineApi } from '../service/api.js';
 import { mapErrors } from './errors.js';
+import type { CallerIdentity } from './caller-identity.js';
+import { asCaller } from './journal-members.js';
 import type { InterfacesAndProperties } from './object-manager.js';
 import { checkOnce } from './outbound-guard.js';
 import { marshalElement } from './marshalled.js';
@@ -53,6 +55,7 @@ export class MachineInterface extends SnapshotInterface {
   constructor(
     private readonly api: MachineApi,
     readonly machineName: string,
+    private readonly callers?: CallerIdentity,
   ) {
     super(MACHINE_INTERFACE);
     this.objectPath = machineObjectPath(machineName);
@@ -109,15 +112,15 @@ export class MachineInterface extends SnapshotInterface {
   }
 
   Delete(): Promise<void> {
-    return mapErrors(() => this.api.delete(this.machineName));
+    return asCaller(this.callers, (o) => this.api.delete(this.machineName, undefined, o));
   }
 
   DeleteWithGracePeriod(seconds: number): Promise<void> {
-    return mapErrors(() => this.api.delete(this.machineName, seconds));
+    return asCaller(this.callers, (o) => this.api.delete(this.machineName, seconds, o));
   }
 
   SetPower(power: string): Promise<void> {
-    return mapErrors(() => this.api.setPower(this.machineName, power));
+    return asCaller(this.callers, (o) => this.api.setPower(this.machineName, power, o));
   }
 
   Describe(): Promise<string> {

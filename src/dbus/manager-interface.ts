@@ -3,6 +3,8 @@ import { describeRecord } from '../machine/describe.js';
 import { machineObjectPath } from '../machine/names.js';
 import type { AgentEvent, MachineApi, ManagerInfo } from '../service/api.js';
 import { mapErrors } from './errors.js';
+import type { CallerIdentity } from './caller-identity.js';
+import { JOURNAL_METHODS, JOURNAL_SIGNALS, MAX_EVENTS_PAGE, asCaller, cursorOf, eventPageBody, machineFilter, sequencedEventBody } from './journal-members.js';
 import type { MachineListEntry } from './machine-interface.js';
 import type { MarshalledArray } from './marshalled.js';
 import { SnapshotInterface, configureInterface, uint32, usec, type PropertyValues } from './interface-support.js';
@@ -41,13 +43,15 @@ export class ManagerInterface extends SnapshotInterface {
     private readonly api: MachineApi,
     /** Without one, reads go to the api (and build every answer anew). */
     private readonly directory?: MachineDirectory,
+    /** Who calls; without it events name no caller. */
+    private readonly callers?: CallerIdentity,
   ) {
     super(MANAGER_INTERFACE);
     this.setValues(managerProperties(api.info()), false);
   }
 
   CreateMachine(name: string, spec: string): Promise<string> {
-    return mapErrors(async () => machineObjectPath((await this.api.create(name, spec)).name));
+    return asCaller(this.callers, async (o) => machineObjectPath((await this.api.create(name, spec, o)).name));
   }
 
   GetMachine(name: string): Promise<string> {
@@ -66,20 +70,40 @@ export class ManagerInterface extends SnapshotInterface {
   }
 
   DeleteMachine(name: string): Promise<void> {
-    return mapErrors(() => this.api.delete(name));
+    return asCaller(this.callers, (o) => this.api.delete(name, undefined, o));
+  }
+
+  DeleteMachineIfVersion(name: string, expected: bigint): Promise<void> {
+    return asCaller(this.callers, (o) => this.api.delete(name, undefined, o), expected);
   }
 
   DeleteMachineWithGracePeriod(name: string, seconds: number): Promise<void> {
-    return mapErrors(() => this.api.delete(name, seconds));
+    return asCaller(this.callers, (o) => this.api.delete(name, seconds, o));
   }
 
   SetMachinePower(name: string, power: string): Promise<void> {
-    return mapErrors(() => this.api.setPower(name, power));
+    return asCaller(this.callers, (o) => this.api.setPower(name, power, o));
+  }
+
+  SetMachinePowerIfVersion(name: string, power: string, expected: bigint): Promise<void> {
+    return asCaller(this.callers, (o) => this.api.setPower(name, power, o), expected);
   }
 
   SetMachineAnnotations(name: string, annotations: Record<string, string>): Promise<void> {
     // dbus-next hands the dict over as a plain object: copy it to a prototype-free one first.
-    return mapErrors(() => this.api.setAnnotations(name, copyAnnotations(annotations)));
+    return asCaller(this.callers, (o) => this.api.setAnnotations(name, copyAnnotations(annotations), o));
+  }
+
+  SetMachineAnnotationsIfVersion(name: string, annotations: Record<string, string>, expected: bigint): Promise<void> {
+    return asCaller(this.callers, (o) => this.api.setAnnotations(name, copyAnnotations(annotations), o), expected);
+  }
+
+  ListEventsSince(after: bigint, machine: string): Promise<ReturnType<typeof eventPageBody>> {
+    return mapErrors(() => eventPageBody(this.api.eventsSince(cursorOf(after), machineFilter(machine), MAX_EVENTS_PAGE)));
+  }
+
+  EventRecorded(event: AgentEvent): ReturnType<typeof sequencedEventBody> {
+    return sequencedEventBody(event);
   }
 
   ListEvents(): Promise<[bigint, string, string, string, string][]> {
@@ -120,10 +144,12 @@ configureInterface(ManagerInterface, {
     SetMachinePower: { in: 'ss', args: ['name', 'power'] },
     SetMachineAnnotations: { in: 'sa{ss}', args: ['name', 'annotations'] },
     ListEvents: { out: 'a(tssss)', args: ['events'] },
+    ...JOURNAL_METHODS,
   },
   signals: {
     MachineNew: { signature: 'so', args: ['name', 'path'] },
     MachineRemoved: { signature: 'so', args: ['name', 'path'] },
     MachineEvent: { signature: 'tssss', args: ['timestamp', 'name', 'type', 'reason', 'message'] },
+    ...JOURNAL_SIGNALS,
   },
 });

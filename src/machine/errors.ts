@@ -13,7 +13,9 @@ export type AgentErrorKind =
   | 'HypervisorUnavailable'
   | 'StorageFailure'
   | 'NotSupported'
-  | 'InvalidArgument';
+  | 'InvalidArgument'
+  | 'Conflict'
+  | 'EventsExpired';
 
 export class AgentError extends Error {
   readonly kind: AgentErrorKind;
@@ -37,6 +39,8 @@ export const machineExists = (name: string) => new AgentError('MachineExists', `
 export const invalidSpec = (field: string, why: string) => new AgentError('InvalidSpec', `spec field "${field}": ${why}`);
 export const machineTerminating = (name: string) =>
   new AgentError('MachineTerminating', `machine "${name}" is being deleted`);
+export const conflict = (name: string, current: number, expected: number) =>
+  new AgentError('Conflict', `machine "${name}" is at version ${current}, not the expected ${expected}`);
 export const shuttingDown = () => new AgentError('ShuttingDown', 'the agent is shutting down and accepts no new work');
 
 export function isAgentError(err: unknown, kind?: AgentErrorKind): err is AgentError {

@@ -1,33 +1,35 @@
 import type { Clock } from '../lifecycle/clock.js';
 import type { Logger } from '../logging/logger.js';
-import type { AgentEvent, EventType } from './api.js';
+import type { EventJournal } from '../events/event-journal.js';
+import type { Actor, AgentEvent, EventType } from './api.js';
 
-/** Recent machine events in a bounded ring, each also logged and handed to the listener. */
+/** The unsequenced ListEvents answers with this many recent events, as before the journal. */
+const RECENT_EVENTS = 1000;
+
+/** Machine events: each journaled (sequence, who), logged and handed to the listener. */
 export class EventLog {
-  private events: AgentEvent[] = [];
-
   constructor(
     private readonly clock: Clock,
     private readonly logger: Logger,
     private readonly onEvent: (event: AgentEvent) => void,
-    private readonly capacity = 1000,
+    readonly journal: EventJournal,
   ) {}
 
-  record(machine: string, type: EventType, reason: string, message: string): AgentEvent {
-    const event: AgentEvent = { timestamp: this.clock.now(), machine, type, reason, message };
-    this.events.push(event);
-    if (this.events.length > this.capacity) this.events.splice(0, this.events.length - this.capacity);
+  record(machine: string, type: EventType, reason: string, message: string, actor?: Actor): AgentEvent {
+    const event = this.journal.append({ timestamp: this.clock.now(), machine, type, reason, message, ...(actor ? { actor } : {}) });
     const log = type === 'warning' ? this.logger.warn : this.logger.info;
-    log.call(this.logger, `${machine}: ${message}`, { machine, reason });
+    const by = actor ? { uid: actor.uid, call: actor.call } : { by: 'agent' };
+    log.call(this.logger, `${machine}: ${message}`, { machine, reason, sequence: event.sequence, ...by });
     this.onEvent(event);
     return event;
   }
 
-  list(): AgentEvent[] {
-    return this.events.slice();
+  /** Resolves once every event recorded so far is on disk. */
+  flushed(): Promise<void> {
+    return this.journal.flushed();
   }
 
-  forMachine(machine: string): AgentEvent[] {
-    return this.events.filter((e) => e.machine === machine);
+  list(): AgentEvent[] {
+    return this.journal.recent(RECENT_EVENTS);
   }
 }

@@ -3,7 +3,7 @@ import type { MachineStore } from '../store/port.js';
 import { KeyedLock } from '../lifecycle/keyed-lock.js';
 import { TypedEmitter } from '../lifecycle/emitter.js';
 import type { EventLog } from './event-log.js';
-import type { EventType, MachineApiEvents } from './api.js';
+import type { Actor, AgentEvent, EventType, MachineApiEvents } from './api.js';
 
 /**
  * The one way records change. Read-modify-write runs under a per-machine lock so the API, the
@@ -26,13 +26,14 @@ export class MachineRecords {
     return this.store.list();
   }
 
-  /** Stores a new record; the caller has checked that the name is free under the same lock. */
-  create(name: string, build: () => MachineRecord, exists: () => never): Promise<MachineRecord> {
+  /** Stores a new record, or, when the name is taken, returns what `exists` says (or throws). */
+  create(name: string, build: () => MachineRecord, exists: (current: MachineRecord) => MachineRecord): Promise<{ record: MachineRecord; created: boolean }> {
     return this.writes.run(name, async () => {
-      if (this.store.get(name)) exists();
+      const current = this.store.get(name);
+      if (current) return { record: exists(current), created: false };
       const stored = await this.store.put(build());
       this.emitter.emit('machineAdded', stored);
-      return stored;
+      return { record: stored, created: true };
     });
   }
 
@@ -63,7 +64,7 @@ export class MachineRecords {
     });
   }
 
-  event(machine: string, type: EventType, reason: string, message: string): void {
-    this.events.record(machine, type, reason, message);
+  event(machine: string, type: EventType, reason: string, message: string, actor?: Actor): AgentEvent {
+    return this.events.record(machine, type, reason, message, actor);
   }
 }

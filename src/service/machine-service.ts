@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { AgentError, machineExists, machineTerminating, noSuchMachine, shuttingDown } from '../machine/errors.js';
+import { AgentError, machineTerminating, noSuchMachine, shuttingDown } from '../machine/errors.js';
 import { domainNameFor, validateMachineName } from '../machine/names.js';
 import {
   RECORD_API_VERSION,
@@ -12,7 +12,8 @@ import {
 import { parseAnnotations, parseMachineSpec, parsePower, type SpecLimits } from '../machine/spec.js';
 import type { Clock } from '../lifecycle/clock.js';
 import type { ImageChecker } from '../hypervisor/image-guard.js';
-import type { AgentEvent, AgentState, ManagerInfo, MachineApi, MachineApiEvents } from './api.js';
+import type { AgentEvent, AgentState, CallOptions, EventPage, ManagerInfo, MachineApi, MachineApiEvents } from './api.js';
+import { existingIfSame, requireVersion } from './preconditions.js';
 import type { EventLog } from './event-log.js';
 import type { MachineRecords } from './machine-records.js';
 
@@ -37,13 +38,13 @@ export class MachineService implements MachineApi {
 
   constructor(private readonly o: MachineServiceOptions) {}
 
-  async create(name: string, specJson: string): Promise<MachineRecord> {
+  async create(name: string, specJson: string, options: CallOptions = {}): Promise<MachineRecord> {
     validateMachineName(name);
     if (this.refusesNewWork()) throw shuttingDown();
     const { spec, annotations } = splitSpec(parseMachineSpec(specJson, this.o.limits));
     await this.o.images?.checkSpec(spec);
     const now = this.o.clock.now();
-    const stored = await this.o.records.create(
+    const { record: stored, created } = await this.o.records.create(
       name,
       () => ({
         apiVersion: RECORD_API_VERSION,
@@ -58,12 +59,12 @@ export class MachineService implements MachineApi {
         spec,
         status: newStatus(),
       }),
-      () => {
-        throw machineExists(name);
-      },
+      (existing) => existingIfSame(existing, spec, annotations),
     );
-    this.o.records.event(name, 'normal', 'Created', `machine ${name} created`);
+    if (!created) return cloneRecord(stored);
+    this.o.records.event(name, 'normal', 'Created', `machine ${name} created`, options.actor);
     this.o.kick(name);
+    await this.o.events.flushed();
     return cloneRecord(stored);
   }
 
@@ -78,7 +79,7 @@ export class MachineService implements MachineApi {
     return this.o.records.list();
   }
 
-  async delete(name: string, graceSec?: number): Promise<void> {
+  async delete(name: string, graceSec?: number, options: CallOptions = {}): Promise<void> {
     this.get(name);
     if (graceSec !== undefined && (!Number.isInteger(graceSec) || graceSec < 0 || graceSec > MAX_GRACE_SEC)) {
       throw new AgentError('InvalidArgument', `grace period must be 0..${MAX_GRACE_SEC} seconds`);
@@ -86,6 +87,7 @@ export class MachineService implements MachineApi {
     const now = this.o.clock.now();
     let firstRequest = false;
     const updated = await this.o.records.update(name, (r) => {
+      requireVersion(r, options.expectedVersion);
       const grace = graceSec ?? r.spec.gracePeriodSec ?? this.o.info.defaultGracePeriodSec;
       const deadline = now + grace * 1000;
       if (!isDeleting(r)) {
@@ -104,18 +106,22 @@ export class MachineService implements MachineApi {
       }
     });
     if (!updated) throw noSuchMachine(name);
-    if (firstRequest) this.o.records.event(name, 'normal', 'DeletionRequested', `deletion requested with a grace period of ${updated.status.gracePeriodSec}s`);
+    if (firstRequest) this.o.records.event(name, 'normal', 'DeletionRequested', `deletion requested with a grace period of ${updated.status.gracePeriodSec}s`, options.actor);
     this.o.kick(name);
+    await this.o.events.flushed();
   }
 
-  async setPower(name: string, power: string): Promise<void> {
+  async setPower(name: string, power: string, options: CallOptions = {}): Promise<void> {
     const desired = parsePower(power, 'power');
     const current = this.get(name);
     if (isDeleting(current)) throw machineTerminating(name);
     const now = this.o.clock.now();
+    let changed = false;
     const updated = await this.o.records.update(name, (r) => {
       if (isDeleting(r)) throw machineTerminating(name);
+      requireVersion(r, options.expectedVersion);
       if (r.spec.power === desired) return;
+      changed = true;
       r.spec.power = desired;
       if (desired === 'off') {
         const grace = r.spec.gracePeriodSec ?? this.o.info.defaultGracePeriodSec;
@@ -133,20 +139,32 @@ export class MachineService implements MachineApi {
       }
     });
     if (!updated) throw noSuchMachine(name);
+    if (changed) this.o.records.event(name, 'normal', 'PowerChanged', `power set to ${desired}`, options.actor);
     this.o.kick(name);
+    await this.o.events.flushed();
   }
 
-  async setAnnotations(name: string, annotations: Record<string, string>): Promise<void> {
+  async setAnnotations(name: string, annotations: Record<string, string>, options: CallOptions = {}): Promise<void> {
     const parsed = parseAnnotations(annotations);
     this.get(name);
+    let changed = false;
     const updated = await this.o.records.update(name, (r) => {
+      requireVersion(r, options.expectedVersion);
+      changed = JSON.stringify(r.annotations) !== JSON.stringify(parsed);
       r.annotations = parsed;
     });
     if (!updated) throw noSuchMachine(name);
+    if (!changed) return;
+    this.o.records.event(name, 'normal', 'AnnotationsChanged', `annotations replaced (${Object.keys(parsed).length} keys)`, options.actor);
+    await this.o.events.flushed();
   }
 
   events(): AgentEvent[] {
     return this.o.events.list();
+  }
+
+  eventsSince(after: number, machine: string | undefined, limit: number): EventPage {
+    return this.o.events.journal.since(after, machine, limit);
   }
 
   info(): ManagerInfo {

@@ -1,4 +1,6 @@
+import { DBusError } from 'dbus-next';
 import { annotationKeyProblem } from '../../machine/annotations.js';
+import type { VmkeeperClient } from '../model.js';
 import { type Command, writeJson } from '../command.js';
 import { CtlError, ExitCode, UsageError } from '../errors.js';
 
@@ -32,23 +34,42 @@ export function applyAnnotationChanges(current: Record<string, string>, changes:
   return next;
 }
 
+/** Attempts at read, merge, compare-and-set before giving up on a machine that keeps changing. */
+export const MAX_ATTEMPTS = 5;
+
+const isConflict = (err: unknown) => err instanceof DBusError && err.type === 'org.vmkeeper1.Error.Conflict';
+
+/** Read, merge, write with the version read; on Conflict read again. Resolves with what was written. */
+export async function annotateIfUnchanged(client: VmkeeperClient, name: string, changes: AnnotationChanges): Promise<Record<string, string>> {
+  for (let attempt = 1; ; attempt++) {
+    const current = await client.machine(name);
+    const next = applyAnnotationChanges(current.annotations, changes);
+    try {
+      await client.setMachineAnnotationsIfVersion(name, next, current.resourceVersion);
+      return next;
+    } catch (err) {
+      if (!isConflict(err)) throw err;
+      if (attempt >= MAX_ATTEMPTS) throw new CtlError(`${name} kept changing while being annotated (${MAX_ATTEMPTS} attempts); nothing was written by the last one, try again`, ExitCode.Conflict);
+    }
+  }
+}
+
 export const annotateCommand: Command = {
   name: 'annotate',
   summary: 'set (key=value) or remove (key-) annotations of a machine',
   usage: 'NAME key=value|key- ...',
   description:
     "Merges the changes into the machine's annotations: key=value sets a key, key- removes it,\n" +
-    'every other key stays. The agent replaces the whole set, so two people annotating the same\n' +
-    'machine at the same moment can overwrite each other.',
+    'every other key stays. The write names the ResourceVersion it read, so a change made by\n' +
+    'someone else meanwhile is never overwritten: on a conflict it reads again, merges again and\n' +
+    `retries, up to ${MAX_ATTEMPTS} times.`,
   options: [],
   args: { min: 2 },
   async run(ctx, args) {
     const [name, ...rest] = args.positionals as [string, ...string[]];
     const changes = parseAnnotationArgs(rest);
     const client = await ctx.client();
-    const current = (await client.machine(name)).annotations;
-    const next = applyAnnotationChanges(current, changes);
-    await client.setMachineAnnotations(name, next);
+    const next = await annotateIfUnchanged(client, name, changes);
     if (ctx.json) writeJson(ctx, { name, annotations: next });
     else ctx.io.out(`${name}: annotated\n`);
     return 0;

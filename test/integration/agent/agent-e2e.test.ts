@@ -91,7 +91,7 @@ describe('vmkeeperd over D-Bus on the libvirt test driver', () => {
     ['a path outside the image directories', ['string:ok-1', 'string:{"boot":{"kernel":"/etc/shadow"}}'], 'org.vmkeeper1.Error.InvalidSpec'],
     ['XML in a network name', ['string:ok-1', `string:{"disks":[{"name":"r","sizeGiB":1}],"nics":[{"name":"e","network":"x'/><evil/>"}]}`], 'org.vmkeeper1.Error.InvalidSpec'],
     ['an oversized spec', ['string:ok-1', `string:{"annotations":{"a":"${'x'.repeat(70_000)}"}}`], 'org.vmkeeper1.Error.InvalidSpec'],
-    ['a machine that exists', ['string:web-1', `string:${SPEC}`], 'org.vmkeeper1.Error.MachineExists'],
+    ['a machine that exists, with another spec', ['string:web-1', `string:${SPEC.replace('"cpus":1', '"cpus":2')}`], 'org.vmkeeper1.Error.MachineExists'],
     // The inbound filter checks the signature against the method's before the body is parsed (as sd-bus and GLib do).
     ['wrong argument types', ['string:ok-1', 'uint32:7'], 'org.freedesktop.DBus.Error.InvalidArgs'],
   ])('CreateMachine with %s is refused by name and stores nothing', async (_what, args, errorName) => {

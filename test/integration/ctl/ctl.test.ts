@@ -114,7 +114,10 @@ describe('vmkeeperctl against the real agent', () => {
   });
 
   it('refuses bad input with the field, the line and exit codes 4 and 7', async () => {
-    const exists = await ctl(['create', 'web-1', '-f', path.join(dir, 'web.json')]);
+    // The same spec again is idempotent; another one under a taken name is a conflict.
+    expect((await ctl(['create', 'web-1', '-f', path.join(dir, 'web.json')])).code).toBe(0);
+    await writeFile(path.join(dir, 'web-other.json'), JSON.stringify({ ...SPEC, cpus: SPEC.cpus + 1 }));
+    const exists = await ctl(['create', 'web-1', '-f', path.join(dir, 'web-other.json')]);
     expect(exists.code).toBe(7);
     expect(exists.stderr).toBe('vmkeeperctl: a machine named "web-1" already exists\n');
 
@@ -227,8 +230,9 @@ describe('vmkeeperctl against the real agent', () => {
     const one = await ctl(['events', 'db-1']);
     expect(one.code).toBe(0);
     const lines = one.stdout.trimEnd().split('\n');
-    expect(lines[0]).toMatch(/^TIME\s+TYPE\s+MACHINE\s+REASON\s+MESSAGE$/);
-    expect(lines.slice(1).every((l) => /^\S+Z\s+(normal|warning)\s+db-1\s+/.test(l))).toBe(true);
+    expect(lines[0]).toMatch(/^SEQ\s+TIME\s+TYPE\s+MACHINE\s+REASON\s+BY\s+MESSAGE$/);
+    expect(lines.slice(1).every((l) => /^\d+\s+\S+Z\s+(normal|warning)\s+db-1\s+\S+\s+(agent|uid \d+ \w+)\s+/.test(l))).toBe(true);
+    expect(lines.some((l) => /\sCreated\s+uid 0 CreateMachine\s/.test(l))).toBe(true);
   });
 
   it('follows events as they happen and stops cleanly on SIGINT', async () => {

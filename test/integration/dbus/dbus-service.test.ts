@@ -246,7 +246,7 @@ describe('DBusService on a private session-like bus', () => {
     ['GetMachine', ['string:nope'], 'org.vmkeeper1.Error.NoSuchMachine', 'no machine named "nope"'],
     ['CreateMachine', ['string:Bad_Name', `string:${SPEC}`], 'org.vmkeeper1.Error.InvalidName', 'invalid machine name'],
     ['CreateMachine', ['string:x1', 'string:{"cpus":1,"disks":[],"bogus":1}'], 'org.vmkeeper1.Error.InvalidSpec', 'bogus'],
-    ['CreateMachine', ['string:app', `string:${SPEC}`], 'org.vmkeeper1.Error.MachineExists', 'already exists'],
+    ['CreateMachine', ['string:app', `string:${SPEC.replace('"cpus":1', '"cpus":2')}`], 'org.vmkeeper1.Error.MachineExists', 'already exists'],
     ['SetMachinePower', ['string:app', 'string:sideways'], 'org.vmkeeper1.Error.InvalidSpec', 'power'],
     ['DeleteMachine', ['string:nope'], 'org.vmkeeper1.Error.NoSuchMachine', 'nope'],
   ])('%s %j fails with %s', async (method, args, name, text) => {

@@ -70,7 +70,7 @@ describe('D-Bus values', () => {
     expect(decodeSignal({ interface: 'org.freedesktop.DBus.Properties', member: 'PropertiesChanged', path: '/p', body: ['org.vmkeeper1.Machine', { State: v('s', 'running') }, []] })).toEqual({ kind: 'machine-changed', path: '/p', changed: { state: 'running' } });
     expect(decodeSignal({ interface: 'org.freedesktop.DBus.Properties', member: 'PropertiesChanged', path: '/org/vmkeeper1', body: ['org.vmkeeper1.Manager', {}, []] })).toBeUndefined();
     expect(decodeSignal({ interface: 'org.freedesktop.DBus', member: 'NameOwnerChanged', body: ['org.vmkeeper1', ':1.5', ''] })).toEqual({ kind: 'agent-gone' });
-    expect(decodeSignal({ interface: 'org.freedesktop.DBus', member: 'NameOwnerChanged', body: ['org.vmkeeper1', '', ':1.6'] })).toBeUndefined();
+    expect(decodeSignal({ interface: 'org.freedesktop.DBus', member: 'NameOwnerChanged', body: ['org.vmkeeper1', '', ':1.6'] })).toEqual({ kind: 'agent-back' });
   });
 });
 

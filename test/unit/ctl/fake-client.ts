@@ -61,10 +61,12 @@ export class FakeClient implements VmkeeperClient {
     this.emit({ kind: 'machine-changed', path: m.path, changed: { ...changed, resourceVersion: next.resourceVersion } });
   }
 
+  /** Records an event with the next sequence and sends both signals, as the agent does. */
   event(name: string, reason: string, message: string, timestamp = 0, type = 'normal'): void {
-    const e = { timestamp, machine: name, type, reason, message };
+    const e = { timestamp, machine: name, type, reason, message, sequence: this.events.length + 1, uid: '', call: '' };
     this.events.push(e);
     this.emit({ kind: 'event', event: e });
+    this.emit({ kind: 'sequenced-event', event: e });
   }
 
   remove(name: string): void {
@@ -122,6 +124,29 @@ export class FakeClient implements VmkeeperClient {
     this.calls.push(`annotate ${name} ${JSON.stringify(annotations)}`);
     this.machines.set(name, { ...this.get(name), annotations });
   }
+  /** Runs before a compare-and-set annotation write is judged: change the machine to make it conflict. */
+  beforeAnnotate: (name: string) => void = () => {};
+
+  async setMachineAnnotationsIfVersion(name: string, annotations: Record<string, string>, expected: number) {
+    this.check();
+    this.calls.push(`annotate ${name} ${JSON.stringify(annotations)} @${expected}`);
+    this.beforeAnnotate(name);
+    const m = this.get(name);
+    if (expected !== 0 && m.resourceVersion !== expected) {
+      throw new DBusError('org.vmkeeper1.Error.Conflict', `machine "${name}" is at version ${m.resourceVersion}, not the expected ${expected}`);
+    }
+    this.machines.set(name, { ...m, annotations, resourceVersion: m.resourceVersion + 1 });
+  }
+
+  async listEventsSince(after: number, machineName?: string) {
+    this.check();
+    this.calls.push(`listEventsSince ${after}`);
+    const all = this.events.map((e, i) => ({ ...e, sequence: e.sequence ?? i + 1 }));
+    const last = all.at(-1)?.sequence ?? 0;
+    const events = all.filter((e) => e.sequence > after && (machineName === undefined || e.machine === machineName));
+    return { events, next: Math.max(last, after) };
+  }
+
   async listEvents() {
     this.check();
     this.calls.push('listEvents');

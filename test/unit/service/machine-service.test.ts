@@ -21,7 +21,7 @@ describe('machine service', () => {
   it.each([
     ['InvalidName', () => h.service.create('Web_1', SPEC)],
     ['InvalidSpec', () => h.service.create('ok', '{"cpus":"two"}')],
-    ['MachineExists', () => h.service.create('dup', SPEC)],
+    ['MachineExists', () => h.service.create('dup', SPEC.replace('"cpus":1', '"cpus":2'))],
     ['NoSuchMachine', () => h.service.delete('ghost')],
     ['NoSuchMachine', () => h.service.setPower('ghost', 'on')],
     ['InvalidSpec', () => h.service.setPower('dup', 'maybe')],

@@ -262,36 +262,61 @@ describe('annotate', () => {
     expect(await s.run('annotate', 'web-1', 'owner=b', 'tier-', 'env=prod')).toBe(0);
     expect(s.client.machines.get('web-1')!.annotations).toEqual({ owner: 'b', env: 'prod' });
     expect(s.io.stdout).toBe('web-1: annotated\n');
+    expect(s.client.calls).toContain('annotate web-1 {"owner":"b","env":"prod"} @1');
+  });
+
+  it('on a Conflict reads again and merges into what the other writer left, never over it', async () => {
+    const s = setup();
+    s.client.add(machine('web-1', { annotations: { owner: 'a' } }));
+    let raced = false;
+    s.client.beforeAnnotate = (name) => {
+      if (raced) return;
+      raced = true;
+      const m = s.client.machines.get(name)!;
+      s.client.machines.set(name, { ...m, annotations: { owner: 'a', other: 'writer' }, resourceVersion: m.resourceVersion + 1 });
+    };
+    expect(await s.run('annotate', 'web-1', 'env=prod')).toBe(0);
+    expect(s.client.machines.get('web-1')!.annotations).toEqual({ owner: 'a', other: 'writer', env: 'prod' });
+    expect(s.client.calls.filter((c) => c.startsWith('annotate'))).toHaveLength(2);
+  });
+
+  it('gives up with a conflict exit code after a bounded number of attempts', async () => {
+    const s = setup();
+    s.client.add(machine('web-1'));
+    s.client.beforeAnnotate = (name) => s.client.change(name, {});
+    expect(await s.run('annotate', 'web-1', 'env=prod')).toBe(7);
+    expect(s.client.calls.filter((c) => c.startsWith('annotate'))).toHaveLength(5);
+    expect(s.io.stderr).toMatch(/kept changing/);
   });
 });
 
 describe('events', () => {
   const e = (t: number, machineName: string, reason: string, type = 'normal') => ({ timestamp: Date.UTC(2026, 0, 1, 11, 0, t), machine: machineName, type, reason, message: `${reason} happened` });
 
-  it('lists events as a table, for one machine, and as JSON', async () => {
+  it('lists journaled events with their sequence and who caused them, for one machine, and as JSON', async () => {
     const s = setup();
-    s.client.events = [e(1, 'web-1', 'Created'), e(2, 'db-1', 'Created'), e(3, 'web-1', 'ForceStopped', 'warning')];
+    s.client.events = [{ ...e(1, 'web-1', 'Created'), uid: '1000', call: 'CreateMachine' }, e(2, 'db-1', 'Created'), { ...e(3, 'web-1', 'ForceStopped', 'warning'), uid: '', call: '' }];
     await s.run('events', 'web-1');
     expect(s.io.stdout).toBe(
-      'TIME                   TYPE      MACHINE   REASON         MESSAGE\n' +
-        '2026-01-01T11:00:01Z   normal    web-1     Created        Created happened\n' +
-        '2026-01-01T11:00:03Z   warning   web-1     ForceStopped   ForceStopped happened\n',
+      'SEQ   TIME                   TYPE      MACHINE   REASON         BY                       MESSAGE\n' +
+        '1     2026-01-01T11:00:01Z   normal    web-1     Created        uid 1000 CreateMachine   Created happened\n' +
+        '3     2026-01-01T11:00:03Z   warning   web-1     ForceStopped   agent                    ForceStopped happened\n',
     );
     const j = setup();
     j.client.events = s.client.events;
-    await j.run('events', '--json');
-    expect(JSON.parse(j.io.stdout)).toHaveLength(3);
-    expect(JSON.parse(j.io.stdout)[0]).toEqual({ timestamp: '2026-01-01T11:00:01.000Z', machine: 'web-1', type: 'normal', reason: 'Created', message: 'Created happened' });
+    await j.run('events', '--json', '--after', '1');
+    expect(JSON.parse(j.io.stdout)).toHaveLength(2);
+    expect(JSON.parse(j.io.stdout)[1]).toEqual({ sequence: 3, timestamp: '2026-01-01T11:00:03.000Z', machine: 'web-1', type: 'warning', reason: 'ForceStopped', message: 'ForceStopped happened', uid: null, call: null });
   });
 
-  it('--follow prints the backlog, then new events once each, until interrupted', async () => {
+  it('--follow prints the backlog, then new events once each by sequence, until interrupted', async () => {
     const s = setup();
-    s.client.events = [e(1, 'web-1', 'Created')];
-    const original = s.client.listEvents.bind(s.client);
-    // An event that happens between the subscription and ListEvents is in both.
-    s.client.listEvents = async () => {
-      s.client.event('web-1', 'Started', 'Started happened', Date.UTC(2026, 0, 1, 11, 0, 2));
-      return original();
+    s.client.events = [{ ...e(1, 'web-1', 'Created'), sequence: 1 }];
+    const original = s.client.listEventsSince.bind(s.client);
+    // An event that happens between the subscription and the listing is in both.
+    s.client.listEventsSince = async (after, m) => {
+      if (s.client.events.length === 1) s.client.event('web-1', 'Started', 'Started happened', Date.UTC(2026, 0, 1, 11, 0, 2));
+      return original(after, m);
     };
     const done = s.run('events', '--follow', '--json', 'web-1');
     await flushMicrotasks();
@@ -300,18 +325,39 @@ describe('events', () => {
     await flushMicrotasks();
     s.abort.abort();
     expect(await done).toBe(0);
-    expect(s.io.stdout.trimEnd().split('\n').map((l) => JSON.parse(l).reason)).toEqual(['Created', 'Started', 'ShutdownRequested']);
-    expect(s.client.calls.indexOf('subscribe')).toBeLessThan(s.client.calls.indexOf('listEvents'));
+    expect(s.io.stdout.trimEnd().split('\n').map((l) => JSON.parse(l).sequence)).toEqual([1, 2, 4]);
+    expect(s.client.calls.indexOf('subscribe')).toBeLessThan(s.client.calls.indexOf('listEventsSince 0'));
     expect(s.client.subscribers).toBe(0);
   });
 
-  it('--follow ends with exit 6 when the agent goes away', async () => {
+  it('--follow carries on from the last sequence when the agent comes back, and fills a gap by listing', async () => {
     const s = setup();
-    const done = s.run('events', '-f');
+    s.client.event('web-1', 'Created', 'a');
+    const done = s.run('events', '-f', '--json');
     await flushMicrotasks();
     s.client.emit({ kind: 'agent-gone' });
+    // Events while the agent restarted, no signal seen for the first of them.
+    s.client.events.push({ ...e(5, 'web-1', 'Started'), sequence: 2, uid: '', call: '' });
+    s.client.emit({ kind: 'agent-back' });
+    await flushMicrotasks();
+    s.client.event('web-1', 'Stopped', 'c');
+    s.client.events.push({ ...e(6, 'web-1', 'Gap'), sequence: 4, uid: '', call: '' });
+    s.client.event('web-1', 'AfterGap', 'd');
+    await flushMicrotasks();
+    s.abort.abort();
+    expect(await done).toBe(0);
+    expect(s.io.stdout.trimEnd().split('\n').map((l) => JSON.parse(l).sequence)).toEqual([1, 2, 3, 4, 5]);
+    expect(s.io.stderr).toMatch(/went away after event 1; waiting/);
+  });
+
+  it('--follow ends with exit 6 and the resume cursor when its own connection breaks', async () => {
+    const s = setup();
+    s.client.event('web-1', 'Created', 'a');
+    const done = s.run('events', '-f');
+    await flushMicrotasks();
+    s.client.emit({ kind: 'disconnected', reason: 'socket closed' });
     expect(await done).toBe(6);
-    expect(s.io.stderr).toBe('vmkeeperctl: vmkeeperd went away (agent disconnected)\n');
+    expect(s.io.stderr).toBe('vmkeeperctl: lost the D-Bus connection: socket closed (resume with --after 1)\n');
   });
 });
 
