@@ -17,7 +17,7 @@ const COUNTS = (process.env.VMKEEPER_BENCH_COUNTS ?? '1000,10000').split(',').ma
 const WRITERS = 8;
 const SPEC = JSON.stringify({ cpus: 1, memoryMiB: 64, disks: [{ name: 'root', sizeGiB: 1 }], power: 'off' });
 
-async function timeCalls(bus: MessageBus, n: number, make: (i: number) => Message): Promise<number[]> {
+export async function timeCalls(bus: MessageBus, n: number, make: (i: number) => Message): Promise<number[]> {
   const out: number[] = [];
   for (let i = 0; i < Math.min(20, n); i++) await bus.call(make(i)); // warm-up
   for (let i = 0; i < n; i++) {
@@ -28,11 +28,11 @@ async function timeCalls(bus: MessageBus, n: number, make: (i: number) => Messag
   return out;
 }
 
-const getId = () => new Message({ destination: 'org.freedesktop.DBus', path: '/org/freedesktop/DBus', interface: 'org.freedesktop.DBus', member: 'GetId' });
-const mgr = (member: string, signature = '', body: unknown[] = []) =>
+export const getId = () => new Message({ destination: 'org.freedesktop.DBus', path: '/org/freedesktop/DBus', interface: 'org.freedesktop.DBus', member: 'GetId' });
+export const mgr = (member: string, signature = '', body: unknown[] = []) =>
   new Message({ destination: 'org.vmkeeper1', path: '/org/vmkeeper1', interface: 'org.vmkeeper1.Manager', member, signature, body });
 
-const objectManager = () =>
+export const objectManager = () =>
   new Message({ destination: 'org.vmkeeper1', path: '/org/vmkeeper1', interface: 'org.freedesktop.DBus.ObjectManager', member: 'GetManagedObjects' });
 
 function line(label: string, values: number[], baseline: number): string {
@@ -46,7 +46,7 @@ function line(label: string, values: number[], baseline: number): string {
  * GetManagedObjects with 10,000 machines). `minus` is the same for GetId, the process and
  * connection set-up.
  */
-async function busctlTimes(address: string, n: number, args: string[]): Promise<number[]> {
+export async function busctlTimes(address: string, n: number, args: string[]): Promise<number[]> {
   const out: number[] = [];
   for (let i = 0; i < n + 2; i++) {
     const t0 = performance.now();
@@ -61,7 +61,7 @@ function goal(label: string, value: number, limit: number): string {
 }
 
 /** GetMachine on `bus` while WRITERS other connections set annotations on their own machines without pause. */
-async function readsUnderWrites(address: string, bus: MessageBus, n: number, count: number): Promise<{ reads: number[]; writesPerSec: number }> {
+export async function readsUnderWrites(address: string, bus: MessageBus, n: number, count: number): Promise<{ reads: number[]; writesPerSec: number }> {
   const writers = await Promise.all(Array.from({ length: WRITERS }, () => connectBus(address)));
   let stop = false;
   let writes = 0;

@@ -5,7 +5,7 @@ import { readFileSync } from 'node:fs';
 import { rssKiB } from './load-run.js';
 import { startBenchAgent } from './fixtures.js';
 
-function cpuSeconds(pid: number): number {
+export function cpuSeconds(pid: number): number {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
   const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   return (Number(f[11]) + Number(f[12])) / 100; // utime + stime, USER_HZ = 100

@@ -7,6 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { dbusLatencyBench } from './dbus-latency.bench.js';
 import { idleBench } from './idle.bench.js';
 import { loadBench } from './load.bench.js';
+import { scaleBench } from './scale.bench.js';
 import { startupBench } from './startup.bench.js';
 
 const quick = process.env.VMKEEPER_BENCH_QUICK === '1';
@@ -35,6 +36,7 @@ section('idle RSS and CPU', await idleBench(quick ? 10 : 30));
 section('force-stop lateness and sweeper (bench/sweeper.bench.ts)', runScript('sweeper.bench.ts'));
 section('record store load (bench/store-load.bench.ts)', runScript('store-load.bench.ts'));
 section('schema library (bench/schema-startup.bench.ts)', runScript('schema-startup.bench.ts'));
+section('issue 12 at scale: 10,000 machines (bench/scale.bench.ts)', await scaleBench(10_000));
 section('load: 200 clients', await loadBench(quick ? 15 : Number(process.env.VMKEEPER_LOAD_SECONDS ?? 60)));
 console.log(`\nload average at end: ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}`);
 process.exit(0);

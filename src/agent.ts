@@ -118,10 +118,20 @@ export class Agent {
 
   /** Loads the records and starts watching libvirt. A dead libvirtd leaves the agent degraded, not down. */
   async start(): Promise<void> {
+    await this.load();
+    await this.watch();
+  }
+
+  /** Loads the records: from here on reads are answered, before libvirt is even asked. */
+  async load(): Promise<void> {
     // The store logs each quarantined file itself, once, with its reason.
     await this.journal.open();
     const loaded = await this.parts.store.load();
     this.logger.info(`loaded ${loaded.records} machine records from ${recordsDir(this.parts.config.stateDir)}`);
+  }
+
+  /** Starts the loops and the first poll; the reconcile that poll triggers goes on in the background. */
+  async watch(): Promise<void> {
     this.reconciler.start();
     this.sweeper.start();
     await this.observer.start();

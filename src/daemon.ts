@@ -97,9 +97,11 @@ export class Daemon {
     // Each part needs the ones before it; the host-shutdown part stops first, while the API,
     // STATUS= and the watchdog still serve the guest shutdowns it may run.
     this.parts = new PartSequence([
-      { name: 'agent', start: () => agent.start(), stop: () => agent.stop() },
+      // Reads are served from the loaded records while libvirt is first polled and reconciled.
+      { name: 'machine records', start: () => agent.load() },
       { name: 'D-Bus connection', start: () => this.connect(), stop: () => this.disconnect() },
       { name: 'D-Bus service', start: () => this.dbus!.start(), stop: () => this.dbus!.stop() },
+      { name: 'agent', start: () => agent.watch(), stop: () => agent.stop() },
       { name: 'status', start: () => this.status.start(), stop: () => this.status.stop() },
       { name: 'watchdog', start: () => this.startWatchdog(), stop: () => this.watchdog?.stop() },
       { name: 'host shutdown', start: () => this.hostShutdown.start(), stop: () => this.stopHostShutdown() },

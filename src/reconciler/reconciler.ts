@@ -279,6 +279,9 @@ export class Reconciler {
   }
 
   private async setState(name: string, state: MachineState): Promise<void> {
+    // A settled machine (most of them at every resync) costs no record copy and no lock.
+    const current = this.o.records.get(name);
+    if (current && current.status.state === state && current.status.message === '') return;
     await this.o.records.update(name, (r) => {
       if (isShuttingDown(r)) return;
       r.status.state = state;

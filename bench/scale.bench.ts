@@ -1,0 +1,102 @@
+// Issue 12 in one run: the real agent (test driver, 10,000 machines, private dbus-daemon) is
+// started, stopped and started again on the same state, then every figure is printed in one table
+// against its goal, with the bus round trip and the load average taken in the same run.
+// Run: npx tsx bench/scale.bench.ts [count=10000]   (env VMKEEPER_SCALE_IDLE_SEC, default 30)
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { connectBus } from '../src/dbus/bus-address.js';
+import { busctlCall } from '../test/support/busctl.js';
+import { spawnAgent, type AgentProcess } from '../test/support/agent-process.js';
+import { startSessionBus } from '../test/support/dbus-daemon.js';
+import { percentile } from './common.js';
+import { busctlTimes, getId, mgr, objectManager, readsUnderWrites, timeCalls } from './dbus-latency.bench.js';
+import { notifyReceiver, writeMachines } from './fixtures.js';
+import { cpuSeconds } from './idle.bench.js';
+import { rssKiB } from './load-run.js';
+
+const IDLE_SEC = Number(process.env.VMKEEPER_SCALE_IDLE_SEC ?? 30);
+const SETTLE_MS = 10_000;
+const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const loadAvg = () => os.loadavg().map((l) => l.toFixed(2)).join(' ');
+
+interface Row { what: string; value: number; unit: string; goal?: number }
+
+async function firstAnswer(address: string, t0: number): Promise<number> {
+  for (;;) {
+    const ok = await busctlCall(address, '/org/vmkeeper1', 'org.vmkeeper1.Manager', 'GetMachine', 's', ['vm-00000']).then(() => true, () => false);
+    if (ok) return Date.now() - t0;
+    if (Date.now() - t0 > 300_000) throw new Error('no GetMachine answer within 300 s');
+  }
+}
+
+export async function scaleBench(count = 10_000): Promise<string[]> {
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'vmk-scale-'));
+  const { stateDir, imageDir, uri } = await writeMachines(dir, count);
+  const bus = await startSessionBus();
+  const configFile = path.join(dir, 'config.yaml');
+  await writeFile(configFile, 'log:\n  level: warn\n');
+  const spawnOnce = (env: NodeJS.ProcessEnv = {}) =>
+    spawnAgent({ busAddress: bus.address, stateDir, imageDir, libvirtUri: uri, configFile, extraArgs: ['--log-level', 'warn'], env });
+  const rows: Row[] = [];
+  const loadAtStart = loadAvg();
+  let agent: AgentProcess | undefined;
+  try {
+    // The first start settles the state (and warms the page cache): the restart is what is measured.
+    agent = spawnOnce();
+    await agent.ready(300_000);
+    await agent.stop();
+    const sock = path.join(dir, 'notify.sock');
+    const receiver = notifyReceiver(sock);
+    await receiver.listening;
+    const t0 = Date.now();
+    agent = spawnOnce({ NOTIFY_SOCKET: sock });
+    rows.push({ what: 'first GetMachine after restart', value: await firstAnswer(bus.address, t0), unit: 'ms', goal: 2000 });
+    rows.push({ what: 'restart to READY=1', value: (await receiver.ready) - t0, unit: 'ms' });
+    receiver.stop();
+
+    const client = await connectBus(bus.address);
+    client.on('error', () => {});
+    await pause(SETTLE_MS);
+    const pid = agent.child.pid!;
+    const cpu0 = cpuSeconds(pid);
+    const w0 = Date.now();
+    await pause(IDLE_SEC * 1000);
+    const idle = (cpuSeconds(pid) - cpu0) / ((Date.now() - w0) / 1000);
+    rows.push({ what: `idle CPU over ${IDLE_SEC} s (% of a core)`, value: idle * 100, unit: '%', goal: 2 });
+    rows.push({ what: 'RSS idle', value: rssKiB(pid) / 1024, unit: 'MiB', goal: 200 });
+
+    const ping = await timeCalls(client, 200, getId);
+    rows.push({ what: 'bus round trip GetId p50', value: percentile(ping, 50), unit: 'ms' });
+    const list = await timeCalls(client, 50, () => mgr('ListMachines'));
+    rows.push({ what: 'ListMachines p50', value: percentile(list, 50), unit: 'ms', goal: 50 });
+    rows.push({ what: 'ListMachines p99', value: percentile(list, 99), unit: 'ms' });
+    const objects = await timeCalls(client, 10, objectManager);
+    rows.push({ what: 'GetManagedObjects p50 (dbus-next)', value: percentile(objects, 50), unit: 'ms', goal: 500 });
+    const idTimes = await busctlTimes(bus.address, 10, ['org.freedesktop.DBus', '/org/freedesktop/DBus', 'org.freedesktop.DBus', 'GetId']);
+    const gmo = await busctlTimes(bus.address, 10, ['org.vmkeeper1', '/org/vmkeeper1', 'org.freedesktop.DBus.ObjectManager', 'GetManagedObjects']);
+    rows.push({ what: 'GetManagedObjects p50 (busctl - GetId)', value: percentile(gmo, 50) - percentile(idTimes, 50), unit: 'ms', goal: 500 });
+    const { reads, writesPerSec } = await readsUnderWrites(bus.address, client, 500, count);
+    rows.push({ what: 'GetMachine p50, 8 writers', value: percentile(reads, 50), unit: 'ms' });
+    rows.push({ what: 'GetMachine p99, 8 writers', value: percentile(reads, 99), unit: 'ms', goal: 20 });
+    rows.push({ what: 'acknowledged writes/s (8 writers)', value: writesPerSec, unit: '/s' });
+    rows.push({ what: 'RSS after the reads and writes', value: rssKiB(pid) / 1024, unit: 'MiB', goal: 200 });
+    client.disconnect();
+  } finally {
+    await agent?.stop();
+    await bus.stop();
+    await rm(dir, { recursive: true, force: true });
+  }
+  const lines = [`${count} machines (test driver), ${os.cpus().length} CPUs, load average at start ${loadAtStart}, at end ${loadAvg()}`];
+  lines.push(`${'figure'.padEnd(42)} ${'value'.padStart(10)}  goal`);
+  for (const r of rows) {
+    const verdict = r.goal === undefined ? '' : `< ${r.goal} ${r.unit}: ${r.value < r.goal ? 'met' : 'NOT met'}`;
+    lines.push(`${r.what.padEnd(42)} ${`${r.value.toFixed(1)} ${r.unit}`.padStart(10)}  ${verdict}`);
+  }
+  return lines;
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  for (const l of await scaleBench(Number(process.argv[2] ?? 10_000))) console.log(l);
+  process.exit(0);
+}

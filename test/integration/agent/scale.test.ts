@@ -1,0 +1,68 @@
+import { readFileSync } from 'node:fs';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { writeMachines } from '../../../bench/fixtures.js';
+import { busctlCall } from '../../support/busctl.js';
+import { spawnAgent, type AgentProcess } from '../../support/agent-process.js';
+import { startSessionBus, type PrivateBus } from '../../support/dbus-daemon.js';
+import { waitFor } from '../../support/wait.js';
+
+// Issue 12 with many machines on the real agent, test driver and a private dbus-daemon. Bounds
+// are about ten times the figures of bench/scale.bench.ts (docs/performance.md): they catch a
+// poll or resync that costs per unchanged machine again, or reads held back by the first reconcile.
+
+const COUNT = 2_000;
+let dir: string;
+let bus: PrivateBus;
+let agent: AgentProcess | undefined;
+let spawnOnce: () => AgentProcess;
+
+/** utime + stime of a process in seconds (USER_HZ = 100). */
+function cpuSeconds(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(f[11]) + Number(f[12])) / 100;
+}
+
+const getMachine = (name: string) => busctlCall(bus.address, '/org/vmkeeper1', 'org.vmkeeper1.Manager', 'GetMachine', 's', [name]);
+
+beforeAll(async () => {
+  dir = await mkdtemp(path.join(os.tmpdir(), 'vmk-scale-test-'));
+  const { stateDir, imageDir, uri } = await writeMachines(dir, COUNT);
+  bus = await startSessionBus();
+  const configFile = path.join(dir, 'config.yaml');
+  await writeFile(configFile, 'log:\n  level: warn\n');
+  spawnOnce = () => spawnAgent({ busAddress: bus.address, stateDir, imageDir, libvirtUri: uri, configFile, extraArgs: ['--log-level', 'warn'] });
+  agent = spawnOnce();
+  await agent.ready(120_000);
+}, 180_000);
+
+afterAll(async () => {
+  await agent?.stop();
+  await bus?.stop();
+  await rm(dir, { recursive: true, force: true });
+});
+
+describe(`agent with ${COUNT} machines`, () => {
+  it('idles under 20% of a core (poll and resync do nothing for unchanged machines)', async () => {
+    const pid = agent!.child.pid!;
+    // Let the start-up reconcile finish: every machine answers as stopped.
+    await waitFor(async () => JSON.stringify(await getMachine(`vm-${String(COUNT - 1).padStart(5, '0')}`)).includes('stopped'), { timeoutMs: 60_000, what: 'the last machine to settle' });
+    const cpu0 = cpuSeconds(pid);
+    const t0 = Date.now();
+    // A measurement window, not a wait for a state: 35 s spans one resync (30 s) and 35 polls.
+    await new Promise((r) => setTimeout(r, 35_000));
+    const share = (cpuSeconds(pid) - cpu0) / ((Date.now() - t0) / 1000);
+    expect(share).toBeLessThan(0.2);
+  }, 120_000);
+
+  it('answers GetMachine within 20 s of a restart', async () => {
+    await agent!.stop();
+    const t0 = Date.now();
+    agent = spawnOnce();
+    await waitFor(() => getMachine('vm-00000').then(() => true, () => false), { timeoutMs: 60_000, intervalMs: 50, what: 'the first GetMachine after a restart' });
+    expect(Date.now() - t0).toBeLessThan(20_000);
+  }, 120_000);
+});

@@ -1,0 +1,30 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { Harness } from '../../support/agent-harness.js';
+
+// The poll and the resync must not cost per unchanged machine: with many settled machines, each
+// poll is one listing and a resync writes nothing and asks libvirt nothing.
+let h: Harness;
+const COUNT = 300;
+const spec = JSON.stringify({ cpus: 1, memoryMiB: 128, disks: [{ name: 'root', sizeGiB: 1 }], power: 'off' });
+
+afterEach(async () => {
+  await h?.agent.stop();
+});
+
+describe('reconciler and observer: settled machines cost O(1) libvirt calls', () => {
+  it(`${COUNT} stopped machines: 20 polls and 2 resyncs issue only the listings and no record write`, async () => {
+    h = await new Harness({ config: (c) => (c.machines.resyncIntervalSec = 10) }).start();
+    for (let i = 0; i < COUNT; i++) await h.service.create(`m-${i}`, spec);
+    await h.advanceUntil(() => h.service.list().every((r) => r.status.state === 'stopped'));
+    await h.advance(11_000); // one resync after settling, so every identity is cached
+    const callsBefore = h.hv.calls.length;
+    const writesBefore = h.store.writes;
+    const passesBefore = h.agent.reconciler.stats.passes;
+    await h.advance(20 * h.config.machines.pollIntervalMs);
+    const ops = h.hv.calls.slice(callsBefore).map((c) => c.op);
+    expect(h.agent.reconciler.stats.passes - passesBefore).toBeGreaterThanOrEqual(COUNT); // the resyncs did run
+    expect(ops.every((op) => op === 'listDomains')).toBe(true);
+    expect(ops.length).toBeLessThanOrEqual(25); // about one listing a poll, whatever COUNT is
+    expect(h.store.writes - writesBefore).toBe(0);
+  });
+});
