@@ -6,3 +6,5 @@ export const machineDataDir = (stateDir: string, name: string) => path.join(stat
 export const diskFile = (stateDir: string, name: string, disk: string) => path.join(machineDataDir(stateDir, name), `disk-${disk}.qcow2`);
 export const serialLogFile = (stateDir: string, name: string) => path.join(machineDataDir(stateDir, name), 'serial.log');
 export const recordsDir = (stateDir: string) => path.join(stateDir, 'machines');
+/** Write-ahead journal of record changes; outside machines/ so readers of records never see it. */
+export const recordJournalFile = (stateDir: string) => path.join(stateDir, 'journal', 'records.log');
