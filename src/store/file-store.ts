@@ -139,6 +139,11 @@ export class FileMachineStore implements MachineStore {
     return { records: records.size, quarantined };
   }
 
+  /** Closes the journal file (its fd would keep a file system busy); the store is not used after. */
+  async close(): Promise<void> {
+    await this.journal?.close();
+  }
+
   get(name: string): MachineRecord | undefined {
     return this.records.get(name);
   }
