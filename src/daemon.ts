@@ -16,7 +16,7 @@ import { systemClock } from './lifecycle/clock.js';
 import { PartSequence } from './lifecycle/part-sequence.js';
 import type { Logger } from './logging/logger.js';
 import { describeError } from './machine/errors.js';
-import { eventsDir, recordsDir } from './machine/paths.js';
+import { eventsDir, recordJournalFile, recordsDir } from './machine/paths.js';
 import { SegmentFiles } from './events/segment-files.js';
 import { FileMachineStore } from './store/file-store.js';
 import { StoredRecordValidator } from './store/record-validation.js';
@@ -74,7 +74,7 @@ export class Daemon {
       config,
       clock,
       logger,
-      store: new FileMachineStore({ dir: recordsDir(config.stateDir), logger, validator: new StoredRecordValidator(specLimitsFrom(config)) }),
+      store: new FileMachineStore({ dir: recordsDir(config.stateDir), journalFile: recordJournalFile(config.stateDir), logger, validator: new StoredRecordValidator(specLimitsFrom(config)) }),
       hypervisor: new LibvirtHypervisor({ uri: config.libvirt.uri, callTimeoutMs, logger, clock }),
       disks: new QemuImgDiskProvisioner({ logger }),
       eventFiles: new SegmentFiles(eventsDir(config.stateDir), logger),

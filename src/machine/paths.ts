@@ -7,3 +7,5 @@ export const diskFile = (stateDir: string, name: string, disk: string) => path.j
 export const serialLogFile = (stateDir: string, name: string) => path.join(machineDataDir(stateDir, name), 'serial.log');
 export const recordsDir = (stateDir: string) => path.join(stateDir, 'machines');
 export const eventsDir = (stateDir: string) => path.join(stateDir, 'events');
+/** Write-ahead journal of record changes; outside machines/ so readers of records never see it. */
+export const recordJournalFile = (stateDir: string) => path.join(stateDir, 'journal', 'records.log');

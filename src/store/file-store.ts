@@ -8,6 +8,7 @@ import type { Logger } from '../logging/logger.js';
 import type { LoadResult, MachineStore, QuarantinedFile } from './port.js';
 import { InvalidStoredRecord, StoredRecordValidator } from './record-validation.js';
 import { type StoreFs, UnsafeFileError, nodeStoreFs } from './store-fs.js';
+import { type JournalOp, JournalUndoError, RecordJournal } from './record-journal.js';
 
 // One JSON file per machine: <dir>/<name>.json. Writes go temp file -> fsync -> rename -> fsync
 // dir, so a crash leaves the old record or the new one, never half of either. Writes are grouped:
@@ -35,7 +36,16 @@ export interface FileMachineStoreOptions {
   loadConcurrency?: number;
   /** Checks each loaded record as the API checks a new one; the agent passes its configured limits. */
   validator?: StoredRecordValidator;
+  /**
+   * Write-ahead journal (e.g. <stateDir>/journal/records.log): a batch is durable with one
+   * fdatasync of it, record files are written through unsynced and made durable at checkpoints.
+   */
+  journalFile?: string;
+  /** Journal bytes above which the store checkpoints after a batch. */
+  checkpointBytes?: number;
 }
+
+const DEFAULT_CHECKPOINT_BYTES = 4 * 1024 * 1024;
 
 /** No record comes near this (16 disks, 64 annotations of 4 KiB); a bigger file is not one of ours. */
 export const MAX_RECORD_BYTES = 1024 * 1024;
@@ -62,6 +72,10 @@ export class FileMachineStore implements MachineStore {
   private startScheduled = false;
   /** Settles when the batch now renaming (if any) is done; batches rename one after another. */
   private applied: Promise<void> = Promise.resolve();
+  private readonly journal: RecordJournal | undefined;
+  private readonly checkpointBytes: number;
+  /** Records changed since the last checkpoint: their files may not be durable yet. */
+  private dirty = new Set<string>();
 
   constructor(options: FileMachineStoreOptions) {
     this.dir = options.dir;
@@ -71,6 +85,8 @@ export class FileMachineStore implements MachineStore {
     this.now = options.now ?? Date.now;
     this.loadConcurrency = options.loadConcurrency ?? 64;
     this.validator = options.validator ?? new StoredRecordValidator(DEFAULT_SPEC_LIMITS);
+    this.journal = options.journalFile ? new RecordJournal({ file: options.journalFile, fs: this.fs }) : undefined;
+    this.checkpointBytes = options.checkpointBytes ?? DEFAULT_CHECKPOINT_BYTES;
   }
 
   async load(): Promise<LoadResult> {
@@ -109,10 +125,23 @@ export class FileMachineStore implements MachineStore {
         from, to: RECORD_API_VERSION, records: count,
       });
     }
+    if (this.journal) await this.replayJournal(this.journal, records, noteMigrated);
     for (const r of records.values()) freezeRecord(r);
     this.records = records;
     this.sorted = undefined;
+    if (this.journal && this.dirty.size > 0) {
+      try {
+        await this.checkpoint(this.journal);
+      } catch (err) {
+        throw storageFailure(`cannot checkpoint the journal ${this.journal.path}`, err);
+      }
+    }
     return { records: records.size, quarantined };
+  }
+
+  /** Closes the journal file (its fd would keep a file system busy); the store is not used after. */
+  async close(): Promise<void> {
+    await this.journal?.close();
   }
 
   get(name: string): MachineRecord | undefined {
@@ -177,6 +206,7 @@ export class FileMachineStore implements MachineStore {
    * renaming and fsyncing the folder (temp files touch no record); its renames wait for that.
    */
   private startBatch(): void {
+    if (this.journal) return this.startJournaledBatch(this.journal);
     if (this.preparing || this.queue.size === 0) return;
     const batch = this.queue;
     this.queue = new Map();
@@ -318,6 +348,109 @@ export class FileMachineStore implements MachineStore {
     return failures;
   }
 
+  /** Opens the journal and applies its batches over the records read from files (newest wins). */
+  private async replayJournal(journal: RecordJournal, records: Map<string, MachineRecord>, migrated: (from: string) => void): Promise<void> {
+    const journalDir = path.dirname(journal.path);
+    let opened: Awaited<ReturnType<RecordJournal['open']>>;
+    try {
+      await this.fs.mkdir(journalDir, 0o700);
+      opened = await journal.open();
+      // The journal's own directory entry must survive a power cut, or its batches would not.
+      await this.syncDir(journalDir);
+    } catch (err) {
+      throw storageFailure(`cannot open the journal ${journal.path}`, err);
+    }
+    if (opened.tornBytes > 0) this.logger.warn('dropped a torn tail of the record journal', { file: journal.path, bytes: opened.tornBytes });
+    for (const batch of opened.batches) {
+      for (const op of batch) {
+        this.dirty.add(op.name);
+        if (!op.record) {
+          records.delete(op.name);
+          continue;
+        }
+        try {
+          const warn = (repaired: string) => this.logger.warn('repaired a journalled machine record on replay', { name: op.name, repaired });
+          records.set(op.name, this.validator.parse(JSON.stringify(op.record), op.name, warn, migrated));
+        } catch (err) {
+          this.logger.error('skipped an invalid record in the journal', { name: op.name, error: describeError(err) });
+        }
+      }
+    }
+  }
+
+  /** One batch at a time: one journal append and sync, then the record files, then the answers. */
+  private startJournaledBatch(journal: RecordJournal): void {
+    if (this.preparing || this.queue.size === 0) return;
+    const batch = this.queue;
+    this.queue = new Map();
+    this.preparing = batch;
+    const entries = [...batch.values()];
+    void (async () => {
+      const failure = await this.commitJournaled(journal, entries);
+      for (const entry of entries) for (const w of entry.waiters) (failure ? w.reject(failure) : w.resolve());
+      // Still holding the batch slot: a batch appended during the checkpoint would be cut off with it.
+      if (!failure && journal.size > this.checkpointBytes) {
+        // The writes are durable in the journal; a failed checkpoint only delays the next one.
+        await this.checkpoint(journal).catch((err: unknown) =>
+          this.logger.error('cannot checkpoint the record journal; retrying after the next batch', { file: journal.path, error: describeError(err) }));
+      }
+      this.preparing = undefined;
+      this.scheduleStart();
+    })();
+  }
+
+  private async commitJournaled(journal: RecordJournal, entries: PendingWrite[]): Promise<AgentError | undefined> {
+    const ops: JournalOp[] = entries.map((e) => ({ name: e.name, record: e.record ?? null }));
+    try {
+      await journal.append(ops);
+    } catch (err) {
+      if (err instanceof JournalUndoError) {
+        this.logger.error('cannot cut a failed batch off the record journal; a restart may apply it', { file: journal.path, error: describeError(err.undoError) });
+        return storageFailure(`cannot append to the journal ${journal.path}; undoing it failed too (the change may survive a restart)`, err.appendError);
+      }
+      return storageFailure(`cannot append to the journal ${journal.path}`, err);
+    }
+    for (const e of entries) {
+      this.setRecord(e.name, e.record);
+      this.dirty.add(e.name);
+    }
+    // Durable already; the files follow before the answer, whole (temp + rename), unsynced.
+    await Promise.all(entries.map((e) => this.writeThrough(e)));
+    return undefined;
+  }
+
+  private async writeThrough(e: PendingWrite): Promise<void> {
+    const file = this.fileOf(e.name);
+    try {
+      if (e.record) await this.replaceFile(e.name, e.record, false);
+      else await this.fs.unlink(file).catch((err: NodeJS.ErrnoException) => { if (err.code !== 'ENOENT') throw err; });
+    } catch (err) {
+      // The journal holds the change; the next checkpoint rewrites the file.
+      this.logger.warn('cannot update a record file; the journal holds the change', { file, error: describeError(err) });
+    }
+  }
+
+  private async replaceFile(name: string, record: MachineRecord, sync: boolean): Promise<void> {
+    const temp = await this.writeTemp(name, serialise(record), sync);
+    await this.fs.rename(temp, this.fileOf(name)).catch(async (err: unknown) => {
+      await this.fs.unlink(temp).catch(() => undefined);
+      throw err;
+    });
+  }
+
+  /** Makes every changed record file durable (rewritten synced, or removed), then empties the journal. */
+  private async checkpoint(journal: RecordJournal): Promise<void> {
+    const names = [...this.dirty];
+    await Promise.all(names.map(async (name) => {
+      const record = this.records.get(name);
+      if (record) await this.replaceFile(name, record, true);
+      else await this.fs.unlink(this.fileOf(name)).catch((err: NodeJS.ErrnoException) => { if (err.code !== 'ENOENT') throw err; });
+    }));
+    await this.syncDir();
+    await journal.reset();
+    for (const name of names) this.dirty.delete(name);
+  }
+
   private setRecord(name: string, record: MachineRecord | undefined): void {
     if (record) this.records.set(name, record);
     else this.records.delete(name);
@@ -329,7 +462,7 @@ export class FileMachineStore implements MachineStore {
   }
 
   /** temp file -> write -> fsync -> close; returns its path. On failure no temp file is left. */
-  private async writeTemp(name: string, data: Buffer): Promise<string> {
+  private async writeTemp(name: string, data: Buffer, sync = true): Promise<string> {
     const target = this.fileOf(name);
     const temp = `${target}.tmp-${randomBytes(6).toString('hex')}`;
     let fd: number | undefined;
@@ -339,7 +472,7 @@ export class FileMachineStore implements MachineStore {
       step = 'write';
       await this.fs.write(fd, data);
       step = 'fsync';
-      await this.fs.fsync(fd);
+      if (sync) await this.fs.fsync(fd);
       step = 'close';
       const closing = fd;
       fd = undefined;
@@ -353,10 +486,10 @@ export class FileMachineStore implements MachineStore {
   }
 
   /** Makes renames and unlinks durable: without it a power cut can bring the old entries back. */
-  private async syncDir(): Promise<void> {
+  private async syncDir(dir = this.dir): Promise<void> {
     let fd: number | undefined;
     try {
-      fd = await this.fs.open(this.dir, 'r');
+      fd = await this.fs.open(dir, 'r');
       await this.fs.fsync(fd);
     } finally {
       if (fd !== undefined) await this.fs.close(fd).catch(() => undefined);

@@ -20,6 +20,12 @@ export interface StoreFs {
   /** Writes all of data (loops on short writes). */
   write(fd: number, data: Buffer): Promise<void>;
   fsync(fd: number): Promise<void>;
+  /** Flushes the data (and the size) of an appended file, not its times: the journal's sync. */
+  fdatasync(fd: number): Promise<void>;
+  /** Cuts a file to length: drops a torn or failed journal tail. */
+  ftruncate(fd: number, length: number): Promise<void>;
+  /** Whole file as bytes (the journal is binary framed); ENOENT when missing. */
+  readFile(path: string): Promise<Buffer>;
   close(fd: number): Promise<void>;
   rename(from: string, to: string): Promise<void>;
   unlink(path: string): Promise<void>;
@@ -87,6 +93,9 @@ export const nodeStoreFs: StoreFs = {
     }
   },
   fsync: promisify(fs.fsync),
+  fdatasync: promisify(fs.fdatasync),
+  ftruncate: promisify(fs.ftruncate) as StoreFs['ftruncate'],
+  readFile: (path) => fs.promises.readFile(path),
   close: promisify(fs.close),
   rename: (from, to) => fs.promises.rename(from, to),
   unlink: (path) => fs.promises.unlink(path),

@@ -72,4 +72,34 @@ describe.skipIf(mountError !== undefined)('FileMachineStore on a full disk', () 
     expect(await reloaded.load()).toEqual({ records: 2, quarantined: [] });
     expect(reloaded.get('vm')).toEqual(after);
   });
+
+  it('with the journal: a failed append is cut off, memory, files and journal unchanged; recovers when space returns', async () => {
+    const dir = path.join(mnt, 'machines-j');
+    const journalFile = path.join(mnt, 'journal', 'records.log');
+    const store = new FileMachineStore({ dir, journalFile, logger: silentLogger });
+    await store.load();
+    const before = await store.put(makeRecord('vm'));
+    const onDisk = await readFile(path.join(dir, 'vm.json'), 'utf8');
+    const journalBefore = await readFile(journalFile);
+
+    const filler = path.join(mnt, 'filler-j');
+    await fill(filler);
+
+    const big = { ...before, annotations: { note: 'y'.repeat(3000) } };
+    const err = await store.put(big).catch((e: unknown) => e);
+    expect(err).toMatchObject({ kind: 'StorageFailure' });
+    expect((err as Error).message).toMatch(/cannot append to the journal .*ENOSPC/);
+    expect(store.get('vm')).toEqual(before);
+    expect(await readFile(path.join(dir, 'vm.json'), 'utf8')).toBe(onDisk);
+    expect(await readFile(journalFile)).toEqual(journalBefore);
+
+    await rm(filler);
+    const after = await store.put(big);
+    expect(after.resourceVersion).toBe(before.resourceVersion + 1);
+    await store.close();
+    const reloaded = new FileMachineStore({ dir, journalFile, logger: silentLogger });
+    expect(await reloaded.load()).toEqual({ records: 1, quarantined: [] });
+    expect(reloaded.get('vm')).toEqual(after);
+    await reloaded.close();
+  });
 });
