@@ -3,6 +3,7 @@ import { specView, type MachineRecord } from '../machine/record.js';
 import { machineObjectPath } from '../machine/names.js';
 import type { MachineApi } from '../service/api.js';
 import { mapErrors } from './errors.js';
+import { describeStructured, type VariantDict } from './structured.js';
 import type { InterfacesAndProperties } from './object-manager.js';
 import { checkOnce } from './outbound-guard.js';
 import { marshalElement } from './marshalled.js';
@@ -123,6 +124,10 @@ export class MachineInterface extends SnapshotInterface {
   Describe(): Promise<string> {
     return mapErrors(() => describeRecord(this.api.get(this.machineName)));
   }
+
+  DescribeStructured(): Promise<VariantDict> {
+    return mapErrors(() => describeStructured(this.api.get(this.machineName)));
+  }
 }
 
 configureInterface(MachineInterface, {
@@ -146,6 +151,7 @@ configureInterface(MachineInterface, {
     DeleteWithGracePeriod: { in: 'u', args: ['seconds'] },
     SetPower: { in: 's', args: ['power'] },
     Describe: { out: 's', args: ['json'] },
+    DescribeStructured: { out: 'a{sv}', args: ['machine'] },
   },
   signals: {},
 });

@@ -3,6 +3,7 @@ import { describeRecord } from '../machine/describe.js';
 import { machineObjectPath } from '../machine/names.js';
 import type { AgentEvent, MachineApi, ManagerInfo } from '../service/api.js';
 import { mapErrors } from './errors.js';
+import { describeStructured, type VariantDict } from './structured.js';
 import type { MachineListEntry } from './machine-interface.js';
 import type { MarshalledArray } from './marshalled.js';
 import { SnapshotInterface, configureInterface, uint32, usec, type PropertyValues } from './interface-support.js';
@@ -65,6 +66,10 @@ export class ManagerInterface extends SnapshotInterface {
     return mapErrors(() => describeRecord(this.api.get(name)));
   }
 
+  DescribeMachineStructured(name: string): Promise<VariantDict> {
+    return mapErrors(() => describeStructured(this.api.get(name)));
+  }
+
   DeleteMachine(name: string): Promise<void> {
     return mapErrors(() => this.api.delete(name));
   }
@@ -115,6 +120,7 @@ configureInterface(ManagerInterface, {
     GetMachine: { in: 's', out: 'o', args: ['name', 'path'] },
     ListMachines: { out: 'a(ssso)', args: ['machines'] },
     DescribeMachine: { in: 's', out: 's', args: ['name', 'json'] },
+    DescribeMachineStructured: { in: 's', out: 'a{sv}', args: ['name', 'machine'] },
     DeleteMachine: { in: 's', args: ['name'] },
     DeleteMachineWithGracePeriod: { in: 'su', args: ['name', 'seconds'] },
     SetMachinePower: { in: 'ss', args: ['name', 'power'] },
