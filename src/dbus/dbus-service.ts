@@ -1,4 +1,4 @@
-import { Message, NameFlag, RequestNameReply, type MessageBus } from 'dbus-next';
+import { NameFlag, RequestNameReply, type MessageBus } from 'dbus-next';
 import { systemClock } from '../lifecycle/clock.js';
 import { withTimeout } from '../lifecycle/with-timeout.js';
 import type { Logger } from '../logging/logger.js';
@@ -6,8 +6,6 @@ import { describeError } from '../machine/errors.js';
 import { MACHINE_PATH_PREFIX, MANAGER_PATH, machineObjectPath } from '../machine/names.js';
 import type { MachineRecord } from '../machine/record.js';
 import type { AgentEvent, MachineApi, MachineApiEvents, ManagerInfo } from '../service/api.js';
-import { DBUS_ERROR_PROPERTY_READ_ONLY, DBUS_ERROR_UNKNOWN_INTERFACE, DBUS_ERROR_UNKNOWN_PROPERTY } from './errors.js';
-import type { SnapshotInterface } from './interface-support.js';
 import { LIST_SIGNATURE, MACHINE_INTERFACE, MANAGED_OBJECTS_SIGNATURE, MachineInterface } from './machine-interface.js';
 import { MarshalledArray } from './marshalled.js';
 import { MANAGER_INTERFACE, ManagerInterface, managerProperties, type MachineDirectory } from './manager-interface.js';
@@ -16,6 +14,7 @@ import { inboundJudge, methodSignatures } from './inbound-policy.js';
 import { OBJECT_MANAGER_INTERFACE, ObjectManagerInterface } from './object-manager.js';
 import { guardOutbound } from './outbound-guard.js';
 import { CallerIdentity } from './caller-identity.js';
+import { STANDARD_METHODS, standardAnswers, type ExportedInterface, type ObjectDirectory } from './standard-answers.js';
 
 // Fronts a MachineApi on the bus: exports the manager and one object per machine, keeps them in
 // step with the api's events, and owns the well-known name.
@@ -41,6 +40,8 @@ export class DBusService {
   private readonly machines = new Map<string, MachineInterface>();
   /** Whose call caused an event, asked of the bus daemon. */
   readonly callers: CallerIdentity;
+  /** The same machines by object path, for calls addressed to one. */
+  private readonly machinesByPath = new Map<string, MachineInterface>();
   /** Exported machine names in ListMachines order, kept sorted as machines come and go. */
   private sortedNames: string[] = [];
   /**
@@ -55,6 +56,8 @@ export class DBusService {
       [MACHINE_INTERFACE]: MachineInterface.prototype.memberTable,
       [OBJECT_MANAGER_INTERFACE]: ObjectManagerInterface.prototype.memberTable,
     }),
+    undefined,
+    (path, iface) => iface in STANDARD_METHODS ? this.objects.interfacesAt(path) !== undefined : this.objects.interfacesAt(path)?.[iface] !== undefined,
   );
   private started = false;
   private nameOwned = false;
@@ -77,7 +80,7 @@ export class DBusService {
   async start(): Promise<void> {
     if (this.started) return;
     this.started = true;
-    this.bus.addMethodHandler(this.denyPropertySet);
+    this.bus.addMethodHandler(this.answerStandard);
     this.subscribe();
     this.bus.export(MANAGER_PATH, this.manager);
     this.bus.export(MANAGER_PATH, this.objectManager);
@@ -115,10 +118,11 @@ export class DBusService {
     this.started = false;
     this.nameOwned = false;
     this.unsubscribe();
-    this.bus.removeMethodHandler(this.denyPropertySet);
+    this.bus.removeMethodHandler(this.answerStandard);
     this.callers.stop();
     for (const iface of this.machines.values()) unexportPath(this.bus, iface.objectPath);
     this.machines.clear();
+    this.machinesByPath.clear();
     this.sortedNames = [];
     this.dropReplies();
     unexportPath(this.bus, MANAGER_PATH);
@@ -192,6 +196,7 @@ export class DBusService {
     iface.update(record, defaultGrace, false);
     this.bus.export(path, iface);
     this.machines.set(record.name, iface);
+    this.machinesByPath.set(path, iface);
     this.sortedNames.splice(insertionIndex(this.sortedNames, record.name), 0, record.name);
     this.dropReplies();
     if (announce) {
@@ -205,6 +210,7 @@ export class DBusService {
     if (!iface) return;
     const path = iface.objectPath;
     this.machines.delete(name);
+    this.machinesByPath.delete(path);
     const at = insertionIndex(this.sortedNames, name);
     if (this.sortedNames[at] === name) this.sortedNames.splice(at, 1);
     this.dropReplies();
@@ -246,32 +252,26 @@ export class DBusService {
     return this.objectsReply;
   }
 
-  private interfaceAt(path: string, name: string): SnapshotInterface | undefined {
-    if (path === MANAGER_PATH) return name === MANAGER_INTERFACE ? this.manager : undefined;
-    if (!path.startsWith(MACHINE_PATH_PREFIX)) return undefined;
-    for (const iface of this.machines.values()) {
-      if (iface.objectPath === path && name === MACHINE_INTERFACE) return iface;
-    }
-    return undefined;
+  /** What is exported where, for the standard answers and the inbound judge. */
+  private readonly objects: ObjectDirectory = {
+    interfacesAt: (path): Record<string, ExportedInterface> | undefined => {
+      if (path === MANAGER_PATH) return { [MANAGER_INTERFACE]: this.manager, [OBJECT_MANAGER_INTERFACE]: this.objectManager };
+      if (!path.startsWith(MACHINE_PATH_PREFIX)) return undefined;
+      const iface = this.machineAt(path);
+      return iface ? { [MACHINE_INTERFACE]: iface } : undefined;
+    },
+    // The nodes above our objects: /, /org, and /org/vmkeeper1/machine while machines exist.
+    hasChildren: (path) => path === '/' || (MACHINE_PATH_PREFIX.startsWith(`${path}/`) && (`${path}/` !== MACHINE_PATH_PREFIX || this.machines.size > 0)),
+  };
+
+  private machineAt(path: string): MachineInterface | undefined {
+    return this.machinesByPath.get(path);
   }
 
   /** Only while our objects are exported: a stopped service lets dbus-next answer as it would. */
   private readonly judgeInbound: InboundJudge = (call) => (this.started ? this.judge(call) : undefined);
 
-  // dbus-next assigns even read-only properties on Properties.Set: answer those calls ourselves.
-  private readonly denyPropertySet = (msg: Message): boolean => {
-    if (msg.interface !== 'org.freedesktop.DBus.Properties' || msg.member !== 'Set') return false;
-    if (msg.path !== MANAGER_PATH && !msg.path?.startsWith(MACHINE_PATH_PREFIX)) return false;
-    const [ifaceName, property] = (msg.body ?? []) as [unknown, unknown];
-    const iface = typeof ifaceName === 'string' ? this.interfaceAt(msg.path, ifaceName) : undefined;
-    let reply: [string, string];
-    if (!iface) reply = [DBUS_ERROR_UNKNOWN_INTERFACE, `no interface ${String(ifaceName)} with properties at ${msg.path}`];
-    else if (typeof property !== 'string' || !(property in iface.memberTable.properties)) {
-      reply = [DBUS_ERROR_UNKNOWN_PROPERTY, `no property ${String(property)} on ${String(ifaceName)}`];
-    } else reply = [DBUS_ERROR_PROPERTY_READ_ONLY, `property ${property} is read-only`];
-    this.bus.send(Message.newError(msg as unknown as string, reply[0], reply[1]));
-    return true;
-  };
+  private readonly answerStandard = standardAnswers((m) => this.bus.send(m), this.objects);
 }
 
 /** Where `name` is in the sorted `names`, or would go (the same order as Array.prototype.sort). */

@@ -9,6 +9,7 @@ export const DBUS_ERROR_UNKNOWN_PROPERTY = 'org.freedesktop.DBus.Error.UnknownPr
 export const DBUS_ERROR_UNKNOWN_INTERFACE = 'org.freedesktop.DBus.Error.UnknownInterface';
 export const DBUS_ERROR_INVALID_ARGS = 'org.freedesktop.DBus.Error.InvalidArgs';
 export const DBUS_ERROR_UNKNOWN_METHOD = 'org.freedesktop.DBus.Error.UnknownMethod';
+export const DBUS_ERROR_UNKNOWN_OBJECT = 'org.freedesktop.DBus.Error.UnknownObject';
 export const DBUS_ERROR_LIMITS_EXCEEDED = 'org.freedesktop.DBus.Error.LimitsExceeded';
 /** A reply the agent could not encode (docs/dbus-api.md): the caller is told instead of left waiting. */
 export const DBUS_ERROR_INTERNAL = `${ERROR_PREFIX}InternalError`;

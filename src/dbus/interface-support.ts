@@ -1,5 +1,6 @@
 import { Variant, interface as dbusInterface } from 'dbus-next';
 import { checkOnce, unmarshallableText } from './outbound-guard.js';
+import { EMITS_CHANGED_SIGNAL, emitsChangedSignal } from './property-annotations.js';
 
 // Shared plumbing for our exported interfaces: read-only properties served from a snapshot,
 // PropertiesChanged only for values that really changed, and named arguments in Introspect.
@@ -77,7 +78,12 @@ interface IntrospectMember {
   $: { name: string };
   arg?: IntrospectArg[];
 }
+interface IntrospectProperty {
+  $: { name: string };
+  annotation?: IntrospectArg[];
+}
 interface IntrospectXml {
+  property?: IntrospectProperty[];
   method?: IntrospectMember[];
   signal?: IntrospectMember[];
 }
@@ -117,7 +123,8 @@ export class SnapshotInterface extends dbusInterface.Interface {
     return this.cachedVariants;
   }
 
-  // dbus-next introspects arguments without names; add them so busctl introspect reads like the XML.
+  // dbus-next introspects arguments without names and properties without annotations; add both so
+  // busctl introspect reads like the XML.
   $introspect(): IntrospectXml {
     const xml = (dbusInterface.Interface.prototype as unknown as { $introspect(): IntrospectXml }).$introspect.call(this);
     const name = (list: IntrospectMember[] | undefined, names: (m: string) => string[] | undefined) => {
@@ -130,6 +137,9 @@ export class SnapshotInterface extends dbusInterface.Interface {
     };
     name(xml.method, (m) => this.memberTable.methods[m]?.args);
     name(xml.signal, (s) => this.memberTable.signals[s]?.args);
+    for (const property of xml.property ?? []) {
+      property.annotation = [{ $: { name: EMITS_CHANGED_SIGNAL, value: emitsChangedSignal((this as unknown as { $name: string }).$name, property.$.name) } }];
+    }
     return xml;
   }
 }

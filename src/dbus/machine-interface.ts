@@ -5,6 +5,7 @@ import type { MachineApi } from '../service/api.js';
 import { mapErrors } from './errors.js';
 import type { CallerIdentity } from './caller-identity.js';
 import { asCaller } from './journal-members.js';
+import { describeStructured, type VariantDict } from './structured.js';
 import type { InterfacesAndProperties } from './object-manager.js';
 import { checkOnce } from './outbound-guard.js';
 import { marshalElement } from './marshalled.js';
@@ -126,6 +127,10 @@ export class MachineInterface extends SnapshotInterface {
   Describe(): Promise<string> {
     return mapErrors(() => describeRecord(this.api.get(this.machineName)));
   }
+
+  DescribeStructured(): Promise<VariantDict> {
+    return mapErrors(() => describeStructured(this.api.get(this.machineName)));
+  }
 }
 
 configureInterface(MachineInterface, {
@@ -149,6 +154,7 @@ configureInterface(MachineInterface, {
     DeleteWithGracePeriod: { in: 'u', args: ['seconds'] },
     SetPower: { in: 's', args: ['power'] },
     Describe: { out: 's', args: ['json'] },
+    DescribeStructured: { out: 'a{sv}', args: ['machine'] },
   },
   signals: {},
 });

@@ -5,6 +5,7 @@ import type { AgentEvent, MachineApi, ManagerInfo } from '../service/api.js';
 import { mapErrors } from './errors.js';
 import type { CallerIdentity } from './caller-identity.js';
 import { JOURNAL_METHODS, JOURNAL_SIGNALS, MAX_EVENTS_PAGE, asCaller, cursorOf, eventPageBody, machineFilter, sequencedEventBody } from './journal-members.js';
+import { describeStructured, type VariantDict } from './structured.js';
 import type { MachineListEntry } from './machine-interface.js';
 import type { MarshalledArray } from './marshalled.js';
 import { SnapshotInterface, configureInterface, uint32, usec, type PropertyValues } from './interface-support.js';
@@ -67,6 +68,10 @@ export class ManagerInterface extends SnapshotInterface {
 
   DescribeMachine(name: string): Promise<string> {
     return mapErrors(() => describeRecord(this.api.get(name)));
+  }
+
+  DescribeMachineStructured(name: string): Promise<VariantDict> {
+    return mapErrors(() => describeStructured(this.api.get(name)));
   }
 
   DeleteMachine(name: string): Promise<void> {
@@ -139,6 +144,7 @@ configureInterface(ManagerInterface, {
     GetMachine: { in: 's', out: 'o', args: ['name', 'path'] },
     ListMachines: { out: 'a(ssso)', args: ['machines'] },
     DescribeMachine: { in: 's', out: 's', args: ['name', 'json'] },
+    DescribeMachineStructured: { in: 's', out: 'a{sv}', args: ['name', 'machine'] },
     DeleteMachine: { in: 's', args: ['name'] },
     DeleteMachineWithGracePeriod: { in: 'su', args: ['name', 'seconds'] },
     SetMachinePower: { in: 'ss', args: ['name', 'power'] },

@@ -36,3 +36,18 @@ export function parseIntrospection(xml: string): Record<string, InterfaceShape> 
   }
   return out;
 }
+
+/** interface -> property -> its EmitsChangedSignal annotation ('' when it has none). */
+export function emitsChangedAnnotations(xml: string): Record<string, Record<string, string>> {
+  const clean = xml.replace(/<!--[\s\S]*?-->/g, '');
+  const out: Record<string, Record<string, string>> = {};
+  for (const m of clean.matchAll(/<interface\s+name="([^"]+)"\s*>([\s\S]*?)<\/interface>/g)) {
+    const props: Record<string, string> = {};
+    for (const p of m[2]!.matchAll(/<property\s+([^>]*?)(\/>|>([\s\S]*?)<\/property>)/g)) {
+      const annotation = /<annotation\s+name="org\.freedesktop\.DBus\.Property\.EmitsChangedSignal"\s+value="([^"]*)"/.exec(p[3] ?? '');
+      props[attrs(p[1]!).name!] = annotation?.[1] ?? '';
+    }
+    out[m[1]!] = props;
+  }
+  return out;
+}
