@@ -110,7 +110,9 @@ describe.skipIf(!isRoot)('graceful deletion and power-off on real qemu guests', 
     await waitFor(async () => !(await exists('late-1')), { timeoutMs: 40_000, what: 'late-1 gone' });
     const forced = (await events('late-1')).find((e) => e[3] === 'ForceStopped')!;
     expect(Number(forced[0]) / 1000 - deadline).toBeLessThan(5000);
-    expect((await events('late-1')).filter((e) => e[3] === 'ShutdownRequested')).toHaveLength(0); // not sent twice
+    // The event journal survives the kill, so the request made before it is normally listed (unless
+    // the kill beat its batched write by a few ms); what must never appear is a second one.
+    expect((await events('late-1')).filter((e) => e[3] === 'ShutdownRequested').length).toBeLessThanOrEqual(1);
     await expectGone('late-1');
 
     expect((await rig.agent.stop('SIGTERM')).code).toBe(0);
