@@ -47,6 +47,15 @@ export interface FileMachineStoreOptions {
 
 const DEFAULT_CHECKPOINT_BYTES = 4 * 1024 * 1024;
 
+/**
+ * Free space a journalled write must leave. A journal append can fit in the slack of the file's
+ * last block on a full disk and succeed, while the record file and the checkpoint cannot be
+ * written: a write the agent could never make whole. So a batch that adds or changes records is
+ * refused (StorageFailure, ENOSPC) unless the file system keeps this much, or four times the
+ * batch, free. A batch of removals only is let through: it is how space comes back.
+ */
+export const MIN_FREE_BYTES = 256 * 1024;
+
 /** No record comes near this (16 disks, 64 annotations of 4 KiB); a bigger file is not one of ours. */
 export const MAX_RECORD_BYTES = 1024 * 1024;
 
@@ -402,6 +411,7 @@ export class FileMachineStore implements MachineStore {
   private async commitJournaled(journal: RecordJournal, entries: PendingWrite[]): Promise<AgentError | undefined> {
     const ops: JournalOp[] = entries.map((e) => ({ name: e.name, record: e.record ?? null }));
     try {
+      if (entries.some((e) => e.record)) await this.ensureFreeSpace(ops);
       await journal.append(ops);
     } catch (err) {
       if (err instanceof JournalUndoError) {
@@ -417,6 +427,13 @@ export class FileMachineStore implements MachineStore {
     // Durable already; the files follow before the answer, whole (temp + rename), unsynced.
     await Promise.all(entries.map((e) => this.writeThrough(e)));
     return undefined;
+  }
+
+  private async ensureFreeSpace(ops: JournalOp[]): Promise<void> {
+    const need = Math.max(MIN_FREE_BYTES, 4 * Buffer.byteLength(JSON.stringify(ops)));
+    const free = await this.fs.freeBytes(this.dir);
+    if (free >= need) return;
+    throw Object.assign(new Error(`ENOSPC: ${free} bytes free on the state file system, a write keeps ${need} free so its record file and checkpoint fit`), { code: 'ENOSPC' });
   }
 
   private async writeThrough(e: PendingWrite): Promise<void> {

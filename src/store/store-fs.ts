@@ -29,6 +29,8 @@ export interface StoreFs {
   close(fd: number): Promise<void>;
   rename(from: string, to: string): Promise<void>;
   unlink(path: string): Promise<void>;
+  /** Bytes an unprivileged writer may still use on the file system holding path (statfs). */
+  freeBytes(path: string): Promise<number>;
 }
 
 /** A file the store refuses to read; the message is the reason, never the file's content. */
@@ -99,4 +101,8 @@ export const nodeStoreFs: StoreFs = {
   close: promisify(fs.close),
   rename: (from, to) => fs.promises.rename(from, to),
   unlink: (path) => fs.promises.unlink(path),
+  async freeBytes(path) {
+    const st = await fs.promises.statfs(path);
+    return st.bavail * st.bsize;
+  },
 };

@@ -1,6 +1,7 @@
 import { readFile, readdir, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { MIN_FREE_BYTES } from '../../../src/store/file-store.js';
 import { encodeBatch } from '../../../src/store/record-journal.js';
 import { type StoreFs, nodeStoreFs } from '../../../src/store/store-fs.js';
 import { errnoError, makeRecord, newTestStore, useTempStateDir } from '../../support/records.js';
@@ -109,5 +110,23 @@ describe('FileMachineStore with a journal', () => {
     const { store: again } = journaled();
     await again.load();
     expect(again.get('a')).toEqual(stored);
+  });
+
+  it('refuses a write on a nearly full file system before the journal grows, and lets removals through', async () => {
+    let free = Number.MAX_SAFE_INTEGER;
+    const { store } = journaled({ freeBytes: async () => free });
+    await store.load();
+    const a = await store.put(makeRecord('a'));
+    const journalBefore = await readFile(journalOf());
+    free = MIN_FREE_BYTES - 1;
+    await expect(store.put(makeRecord('b'))).rejects.toMatchObject({ kind: 'StorageFailure', message: expect.stringMatching(/ENOSPC \(\d+ bytes free/) });
+    await expect(store.put({ ...a, annotations: { v: 'x' } })).rejects.toMatchObject({ kind: 'StorageFailure' });
+    expect(store.get('b')).toBeUndefined();
+    expect(store.get('a')).toEqual(a);
+    expect(await readFile(journalOf())).toEqual(journalBefore);
+    await store.remove('a');
+    expect(store.get('a')).toBeUndefined();
+    free = MIN_FREE_BYTES;
+    await expect(store.put(makeRecord('b'))).resolves.toMatchObject({ name: 'b' });
   });
 });
