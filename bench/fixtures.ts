@@ -2,6 +2,7 @@
 // driver node.xml that already holds their (shut off) domains, so the agent starts on N settled
 // machines without defining anything. And a private dbus-daemon + the real agent process.
 import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
@@ -9,7 +10,33 @@ import path from 'node:path';
 import { RECORD_API_VERSION, newStatus, type MachineRecord } from '../src/machine/record.js';
 import { domainNameFor } from '../src/machine/names.js';
 import { spawnAgent, type AgentProcess } from '../test/support/agent-process.js';
-import { startSessionBus, type PrivateBus } from '../test/support/dbus-daemon.js';
+import { PROJECT_ROOT, startSessionBus, type PrivateBus } from '../test/support/dbus-daemon.js';
+
+/**
+ * Benchmarks run the built agent (dist/main.js with NODE_ENV=production, as the packages and the
+ * unit run it), built once per process; VMKEEPER_BENCH_FROM_SOURCE=1 runs the sources through tsx
+ * instead, whose loader and source maps cost about a hundred MiB of RSS with 10,000 machines.
+ */
+export const benchFromSource = process.env.VMKEEPER_BENCH_FROM_SOURCE === '1';
+let built: Promise<void> | undefined;
+export function buildAgentOnce(): Promise<void> {
+  if (benchFromSource) return Promise.resolve();
+  built ??= new Promise<void>((resolve, reject) => {
+    const tsc = spawn(process.execPath, [path.join(PROJECT_ROOT, 'node_modules/typescript/bin/tsc'), '-p', path.join(PROJECT_ROOT, 'tsconfig.build.json')], { stdio: 'inherit' });
+    tsc.once('exit', (code) => (code === 0 ? resolve() : reject(new Error(`building the agent (tsc -p tsconfig.build.json) failed: exit ${code}`))));
+  });
+  return built;
+}
+/** The V8 options the packages run vmkeeperd with (packaging/node-flags). */
+export function packagedNodeFlags(): string[] {
+  return readFileSync(path.join(PROJECT_ROOT, 'packaging/node-flags'), 'utf8').replace(/#.*/g, '').split(/\s+/).filter(Boolean);
+}
+/** spawnAgent options for the form benchmarks run; VMKEEPER_BENCH_NODE_ARGS replaces the node options. */
+export function benchAgentForm(): { built: boolean; env: NodeJS.ProcessEnv; nodeArgs: string[] } {
+  const override = process.env.VMKEEPER_BENCH_NODE_ARGS?.split(' ').filter(Boolean);
+  if (benchFromSource) return { built: false, env: {}, nodeArgs: override ?? [] };
+  return { built: true, env: { NODE_ENV: 'production' }, nodeArgs: override ?? packagedNodeFlags() };
+}
 
 export const machineName = (i: number) => `vm-${String(i).padStart(5, '0')}`;
 
@@ -75,7 +102,9 @@ export async function startBenchAgent(count: number, env: NodeJS.ProcessEnv = {}
   const bus = await startSessionBus();
   const configFile = path.join(dir, 'config.yaml');
   await writeFile(configFile, process.env.BENCH_LOG ? 'log:\n  level: debug\n' : 'log:\n  level: warn\n');
-  const agent = spawnAgent({ busAddress: bus.address, stateDir, imageDir, libvirtUri: uri, configFile, extraArgs: ['--log-level', process.env.BENCH_LOG ? 'debug' : 'warn'], env });
+  await buildAgentOnce();
+  const form = benchAgentForm();
+  const agent = spawnAgent({ busAddress: bus.address, stateDir, imageDir, libvirtUri: uri, configFile, extraArgs: ['--log-level', process.env.BENCH_LOG ? 'debug' : 'warn'], built: form.built, env: { ...form.env, ...env }, nodeArgs: form.nodeArgs });
   await agent.ready(Number(process.env.BENCH_READY_MS ?? 180_000));
   return {
     dir,

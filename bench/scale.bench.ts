@@ -11,7 +11,7 @@ import { spawnAgent, type AgentProcess } from '../test/support/agent-process.js'
 import { startSessionBus } from '../test/support/dbus-daemon.js';
 import { percentile } from './common.js';
 import { busctlTimes, getId, mgr, objectManager, readsUnderWrites, timeCalls } from './dbus-latency.bench.js';
-import { notifyReceiver, writeMachines } from './fixtures.js';
+import { benchAgentForm, benchFromSource, buildAgentOnce, notifyReceiver, writeMachines } from './fixtures.js';
 import { cpuSeconds } from './idle.bench.js';
 import { rssKiB } from './load-run.js';
 
@@ -36,8 +36,10 @@ export async function scaleBench(count = 10_000): Promise<string[]> {
   const bus = await startSessionBus();
   const configFile = path.join(dir, 'config.yaml');
   await writeFile(configFile, 'log:\n  level: warn\n');
+  await buildAgentOnce();
+  const form = benchAgentForm();
   const spawnOnce = (env: NodeJS.ProcessEnv = {}) =>
-    spawnAgent({ busAddress: bus.address, stateDir, imageDir, libvirtUri: uri, configFile, extraArgs: ['--log-level', 'warn'], env });
+    spawnAgent({ busAddress: bus.address, stateDir, imageDir, libvirtUri: uri, configFile, extraArgs: ['--log-level', 'warn'], built: form.built, env: { ...form.env, ...env }, nodeArgs: form.nodeArgs });
   const rows: Row[] = [];
   const loadAtStart = loadAvg();
   let agent: AgentProcess | undefined;
@@ -87,7 +89,7 @@ export async function scaleBench(count = 10_000): Promise<string[]> {
     await bus.stop();
     await rm(dir, { recursive: true, force: true });
   }
-  const lines = [`${count} machines (test driver), ${os.cpus().length} CPUs, load average at start ${loadAtStart}, at end ${loadAvg()}`];
+  const lines = [`${count} machines (test driver, agent ${benchFromSource ? 'from source through tsx' : `built, NODE_ENV=production, node ${benchAgentForm().nodeArgs.join(' ') || '(no options)'}`}), ${os.cpus().length} CPUs, load average at start ${loadAtStart}, at end ${loadAvg()}`];
   lines.push(`${'figure'.padEnd(42)} ${'value'.padStart(10)}  goal`);
   for (const r of rows) {
     const verdict = r.goal === undefined ? '' : `< ${r.goal} ${r.unit}: ${r.value < r.goal ? 'met' : 'NOT met'}`;

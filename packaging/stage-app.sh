@@ -47,7 +47,7 @@ inputs_hash() {
     sha256sum "$NODE" | cut -d' ' -f1
     uname -m
     find src docs/man completions -type f 2>/dev/null | LC_ALL=C sort | xargs -r sha256sum
-    sha256sum package.json package-lock.json tsconfig.json tsconfig.build.json packaging/stage-app.sh packaging/prune-modules.mjs
+    sha256sum package.json package-lock.json tsconfig.json tsconfig.build.json packaging/stage-app.sh packaging/prune-modules.mjs packaging/node-flags
   } | sha256sum | cut -d' ' -f1
 }
 hash=$(inputs_hash)
@@ -139,15 +139,15 @@ for addon in $(find "$nm" -type f -name '*.node'); do
 done
 
 # 5. Entry points on the PATH, always with the bundled runtime.
-wrapper() { # name script
+wrapper() { # name script [node options]
   cat > "$dest/bin/$1" <<EOF
 #!/bin/sh
 # $1: runs the agent's code with the Node.js runtime bundled in /usr/lib/vmkeeper/bin.
-exec /usr/lib/vmkeeper/bin/node /usr/lib/vmkeeper/$2 "\$@"
+exec /usr/lib/vmkeeper/bin/node ${3:+$3 }/usr/lib/vmkeeper/$2 "\$@"
 EOF
   chmod 0755 "$dest/bin/$1"
 }
-wrapper vmkeeperd dist/main.js
+wrapper vmkeeperd dist/main.js "$(sed 's/#.*//' packaging/node-flags | xargs)"
 [ -f dist/ctl/main.js ] && wrapper vmkeeperctl dist/ctl/main.js
 
 # 6. Man pages (pandoc), and the vmkeeperctl completion when there is one.

@@ -29,5 +29,5 @@ vmkeeperd is starting on a private bus. In another terminal, try:
 Images for specs go in $dev/images. Stop with Ctrl-C.
 
 HELP
-node dist/main.js --config "$PWD/config/config.yaml" --bus "$address" --libvirt-uri test:///default \
+node $(sed "s/#.*//" packaging/node-flags | xargs) dist/main.js --config "$PWD/config/config.yaml" --bus "$address" --libvirt-uri test:///default \
   --state-dir "$dev/state" --image-dir "$dev/images" --log-format text "$@"

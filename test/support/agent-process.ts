@@ -15,6 +15,10 @@ export interface AgentProcessOptions {
   configFile?: string;
   extraArgs?: string[];
   env?: NodeJS.ProcessEnv;
+  /** Run the built agent (dist/main.js, as the packages do) instead of the sources through tsx. */
+  built?: boolean;
+  /** Options for node itself, before the script (e.g. --cpu-prof, not allowed in NODE_OPTIONS). */
+  nodeArgs?: string[];
 }
 
 export interface AgentProcess {
@@ -28,6 +32,7 @@ export interface AgentProcess {
 }
 
 export const MAIN_TS = path.join(PROJECT_ROOT, 'src/main.ts');
+export const MAIN_JS = path.join(PROJECT_ROOT, 'dist/main.js');
 
 export function agentArgs(o: AgentProcessOptions): string[] {
   return [
@@ -43,7 +48,8 @@ export function agentArgs(o: AgentProcessOptions): string[] {
 }
 
 export function spawnAgent(o: AgentProcessOptions): AgentProcess {
-  const child = spawn(process.execPath, ['--import', 'tsx', MAIN_TS, ...agentArgs(o)], {
+  const entry = o.built ? [MAIN_JS] : ['--import', 'tsx', MAIN_TS];
+  const child = spawn(process.execPath, [...(o.nodeArgs ?? []), ...entry, ...agentArgs(o)], {
     cwd: PROJECT_ROOT,
     env: { ...process.env, NOTIFY_SOCKET: '', ...o.env },
     stdio: ['ignore', 'pipe', 'pipe'],
