@@ -93,7 +93,10 @@ export class LibvirtHypervisor implements Hypervisor {
   async listDomains(): Promise<DomainSummary[]> {
     // Three RPCs whatever the number of domains: active IDs, inactive names, and the (rare) paused
     // domains. A name is fetched only for an ID seen for the first time, so a steady host of
-    // thousands of domains costs no per-domain call per poll.
+    // thousands of domains costs no per-domain call per poll. Keep the paused query even with no
+    // active IDs: the binding's connectListDomains and connectListDefinedDomains answer [] when
+    // libvirt fails (they ignore the -1), so connectListAllDomains is the call that reports a lost
+    // connection; without it a dead libvirtd would read as "every domain is gone".
     const [ids, inactive, paused] = await Promise.all([
       this.call('connectListDomains', (n) => n.connectListDomains()),
       this.call('connectListDefinedDomains', (n) => n.connectListDefinedDomains()),
