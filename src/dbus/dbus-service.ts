@@ -13,6 +13,8 @@ import { MarshalledArray } from './marshalled.js';
 import { MANAGER_INTERFACE, ManagerInterface, managerProperties, type MachineDirectory } from './manager-interface.js';
 import { filterInbound, type InboundJudge } from './inbound-filter.js';
 import { inboundJudge, methodSignatures } from './inbound-policy.js';
+import { authorizationGate, type MethodHandler } from './authorization/authorization-gate.js';
+import type { CallerAuthorizer } from './authorization/caller-authorizer.js';
 import { OBJECT_MANAGER_INTERFACE, ObjectManagerInterface } from './object-manager.js';
 import { guardOutbound } from './outbound-guard.js';
 
@@ -28,6 +30,8 @@ export interface DBusServiceOptions {
   logger: Logger;
   /** Well-known name to own; tests may pick another. */
   busName?: string;
+  /** Asked before every mutating call; without it the bus policy alone guards them. */
+  authorizer?: CallerAuthorizer;
 }
 
 export class DBusService {
@@ -55,6 +59,7 @@ export class DBusService {
   );
   private started = false;
   private nameOwned = false;
+  private readonly authorizationGate: MethodHandler | undefined;
 
   constructor(options: DBusServiceOptions) {
     this.bus = options.bus;
@@ -65,6 +70,7 @@ export class DBusService {
     this.bus.on('error', (err: unknown) => this.logger.warn('D-Bus connection error', { error: describeError(err) }));
     guardOutbound(this.bus, this.logger);
     filterInbound(this.bus, this.judgeInbound, this.logger);
+    if (options.authorizer) this.authorizationGate = authorizationGate(this.bus, options.authorizer, this.logger);
     this.manager = new ManagerInterface(this.api, this.directory);
     this.objectManager = new ObjectManagerInterface(() => this.managedObjects());
   }
@@ -73,6 +79,7 @@ export class DBusService {
   async start(): Promise<void> {
     if (this.started) return;
     this.started = true;
+    if (this.authorizationGate) this.bus.addMethodHandler(this.authorizationGate);
     this.bus.addMethodHandler(this.denyPropertySet);
     this.subscribe();
     this.bus.export(MANAGER_PATH, this.manager);
@@ -111,6 +118,7 @@ export class DBusService {
     this.nameOwned = false;
     this.unsubscribe();
     this.bus.removeMethodHandler(this.denyPropertySet);
+    if (this.authorizationGate) this.bus.removeMethodHandler(this.authorizationGate);
     for (const iface of this.machines.values()) unexportPath(this.bus, iface.objectPath);
     this.machines.clear();
     this.sortedNames = [];
