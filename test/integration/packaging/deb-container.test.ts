@@ -94,7 +94,8 @@ describe.skipIf(skip)(`the .deb in a booted Debian 12${skip ? ` (skipped: ${skip
     const conffiles = await must('sh', ['-c', `dpkg-deb --ctrl-tarfile '${pkgs.deb}' | tar -xOf - ./conffiles`]);
     expect(conffiles.trim().split('\n')).toEqual(['/etc/vmkeeper/config.yaml']);
     for (const f of ['/usr/bin/vmkeeperd', '/usr/lib/vmkeeper/bin/node', '/lib/systemd/system/vmkeeperd.service',
-      '/usr/share/dbus-1/system.d/org.vmkeeper1.conf', '/usr/lib/sysusers.d/vmkeeper.conf', '/usr/share/man/man8/vmkeeperd.8.gz',
+      '/usr/share/dbus-1/system.d/org.vmkeeper1.conf', '/usr/lib/sysusers.d/vmkeeper.conf',
+      '/usr/share/polkit-1/actions/org.vmkeeper1.policy', '/usr/share/polkit-1/rules.d/50-org.vmkeeper1.rules', '/usr/share/man/man8/vmkeeperd.8.gz',
       '/usr/share/man/man5/vmkeeper.conf.5.gz', '/usr/share/doc/vmkeeper/installing.md.gz', '/usr/share/doc/vmkeeper/copyright']) {
       expect(debFiles).toContain(f);
     }
