@@ -39,6 +39,8 @@ export class PolkitAuthorizer implements CallerAuthorizer {
     try {
       verdict = await this.o.polkit.check(query);
     } catch (err) {
+      // In "auto", polkit stopping (not failing) hands the calls back to the bus policy.
+      if (this.o.mode === 'auto' && !(await this.stillPresent(query))) return this.relyOnBusPolicy('polkit (org.freedesktop.PolicyKit1) left the bus');
       this.o.logger.warn('polkit check failed: call refused', { action: query.action, sender: query.sender, error: describeError(err) });
       throw new AgentError('AccessDenied', `cannot check authorization for ${query.action} with polkit, refused: ${describeError(err)}`, { cause: err });
     }
@@ -51,7 +53,7 @@ export class PolkitAuthorizer implements CallerAuthorizer {
     );
   }
 
-  /** Probes once at a time; "present" is believed for good, "absent" for reprobeMs. */
+  /** Probes once at a time; "present" is believed until a check fails, "absent" for reprobeMs. */
   private async polkitPresent(query: AuthorizationQuery): Promise<boolean> {
     if (this.knownPresent) return true;
     if (this.o.clock.now() < this.absentUntil) return false;
@@ -62,9 +64,17 @@ export class PolkitAuthorizer implements CallerAuthorizer {
     } catch (err) {
       throw new AgentError('AccessDenied', `cannot check authorization for ${query.action}, refused: ${describeError(err)}`, { cause: err });
     }
-    if (present) this.knownPresent = true;
+    if (present) {
+      this.knownPresent = true;
+      this.toldBusPolicy = false; // a later fallback is news again
+    }
     else this.absentUntil = this.o.clock.now() + (this.o.reprobeMs ?? DEFAULT_REPROBE_MS);
     return present;
+  }
+
+  private stillPresent(query: AuthorizationQuery): Promise<boolean> {
+    this.knownPresent = false;
+    return this.polkitPresent(query);
   }
 
   private relyOnBusPolicy(why: string): void {

@@ -94,7 +94,7 @@ describe('PolkitAuthorizer', () => {
     r.polkit.verdict = { authorized: false, challenge: false };
     await expect(r.authorizer.authorize(QUERY)).rejects.toMatchObject({ kind: 'AccessDenied' });
     expect(r.polkit.probes).toBe(2);
-    // Once present, polkit is believed for good.
+    // Once present, polkit is believed while its checks answer.
     await expect(r.authorizer.authorize(QUERY)).rejects.toMatchObject({ kind: 'AccessDenied' });
     expect(r.polkit.probes).toBe(2);
   });
@@ -104,5 +104,23 @@ describe('PolkitAuthorizer', () => {
     r.polkit.presentAnswers = [new Error('the bus did not answer')];
     await expect(r.authorizer.authorize(QUERY)).rejects.toMatchObject({ kind: 'AccessDenied' });
     expect(r.polkit.checks).toHaveLength(0);
+  });
+
+  it('"auto" hands back to the bus policy when polkit leaves the bus, and says so', async () => {
+    const r = rig('auto');
+    r.polkit.presentAnswers = [true, false];
+    await r.authorizer.authorize(QUERY);
+    r.polkit.verdict = new Error('org.freedesktop.DBus.Error.ServiceUnknown');
+    await expect(r.authorizer.authorize(QUERY)).resolves.toBeUndefined();
+    expect(r.polkit.probes).toBe(2);
+    expect(r.lines.filter((l) => l.includes('left the bus'))).toHaveLength(1);
+  });
+
+  it('"auto" still fails closed when polkit is there but its check fails', async () => {
+    const r = rig('auto');
+    r.polkit.presentAnswers = [true];
+    r.polkit.verdict = new Error('polkit did not answer within 25000 ms');
+    await expect(r.authorizer.authorize(QUERY)).rejects.toMatchObject({ kind: 'AccessDenied' });
+    expect(r.polkit.probes).toBe(2);
   });
 });
