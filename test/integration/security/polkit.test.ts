@@ -175,9 +175,22 @@ describe.skipIf(unavailable !== undefined)(`"auto" with polkitd stopped: the bus
     if (files) await rm(files, { recursive: true, force: true });
   });
 
-  it('a member is allowed through polkit, then without it; an outsider is refused by the bus either way', async () => {
+  it('polkit is asked while it runs; once stopped, the bus policy alone decides: members pass, outsiders do not', async () => {
     expect((await annotate('kept', 'with-polkit', member)).ok).toBe(true);
     expect((await annotate('kept', 'intruder', NOBODY)).errorName).toBe(DENIED);
+    // Proof that "auto" asks polkit while it is there: a rule refusing the member is obeyed.
+    await polkitd!.addAdminRule(
+      '40-member-may-not-annotate.rules',
+      'polkit.addRule(function (action, subject) {\n' +
+        '  if (action.id === "org.vmkeeper1.set-annotations" && subject.user === "vmkeeper-test") return polkit.Result.NO;\n' +
+        '});\n',
+    );
+    const refused = await waitFor(async () => {
+      const r = await annotate('kept', 'refused', member);
+      return r.ok ? undefined : r;
+    }, { timeoutMs: 30_000, intervalMs: 200, what: 'polkitd to load the refusing rule' });
+    expect(refused.errorName).toBe(DENIED);
+    expect(refused.message).toContain('not authorized for org.vmkeeper1.set-annotations');
     await polkitd!.stop();
     polkitd = undefined;
     await waitFor(async () => (await run('busctl', [`--address=${rig.bus.address}`, 'status', 'org.freedesktop.PolicyKit1'])).code !== 0, {
@@ -193,5 +206,5 @@ describe.skipIf(unavailable !== undefined)(`"auto" with polkitd stopped: the bus
     const described = (await dbusSend(rig.bus.address, MANAGER, `${M}.DescribeMachine`, ['string:kept'])).stdout;
     expect(described).toContain('root');
     expect(described).not.toContain('intruder');
-  });
+  }, 90_000);
 });
