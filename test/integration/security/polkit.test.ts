@@ -1,6 +1,8 @@
+import { execFile } from 'node:child_process';
 import { chmod, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MANAGER_PATH as MANAGER, machineObjectPath as machinePath } from '../../../src/machine/names.js';
 import { busctlCall, dbusSend, ensureUserInGroup, NOBODY, run, type RunAs } from '../../support/busctl.js';
@@ -98,6 +100,15 @@ describe.skipIf(unavailable !== undefined)(`polkit decides each mutating action 
     await polkitd?.stop();
     await rig?.stop();
     if (files) await rm(files, { recursive: true, force: true });
+  });
+
+  it('polkitd registered the four shipped actions with their defaults', async () => {
+    for (const action of new Set(MUTATIONS.map((c) => c.action))) {
+      const { stdout } = await promisify(execFile)('pkaction', ['--action-id', action, '--verbose'], { env: { ...process.env, DBUS_SYSTEM_BUS_ADDRESS: rig.bus.address } });
+      expect(stdout, action).toMatch(/implicit any:\s+no\n/);
+      expect(stdout, action).toMatch(/implicit inactive:\s+no\n/);
+      expect(stdout, action).toMatch(/implicit active:\s+auth_admin\n/);
+    }
   });
 
   it('root and a member of group vmkeeper are allowed by the shipped rule', async () => {
