@@ -3,8 +3,8 @@ import type { Logger } from '../../logging/logger.js';
 import { AgentError, describeError } from '../../machine/errors.js';
 import type { AuthorizationQuery, PolkitClient } from './polkit-authority.js';
 
-// Decides whether a caller may make a mutating call. The bus policy (config/org.vmkeeper1.conf)
-// has already let only root and group vmkeeper through; polkit, when used, decides per action.
+// Decides whether a caller may make a mutating call. The bus policy (config/org.vmkeeper1.conf,
+// by default root and group vmkeeper) decides who reaches us at all; polkit, when used, per action.
 
 export type AuthorizationMode = 'auto' | 'polkit' | 'bus-policy';
 
@@ -67,8 +67,7 @@ export class PolkitAuthorizer implements CallerAuthorizer {
     if (present) {
       this.knownPresent = true;
       this.toldBusPolicy = false; // a later fallback is news again
-    }
-    else this.absentUntil = this.o.clock.now() + (this.o.reprobeMs ?? DEFAULT_REPROBE_MS);
+    } else this.absentUntil = this.o.clock.now() + (this.o.reprobeMs ?? DEFAULT_REPROBE_MS);
     return present;
   }
 
