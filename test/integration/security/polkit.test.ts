@@ -131,9 +131,13 @@ describe.skipIf(unavailable !== undefined)(`polkit decides each mutating action 
     }
     expect(await describeMachine('target')).toBe(before);
     expect((await manager('GetMachine', ['string:target-new'])).errorName).toBe('org.vmkeeper1.Error.NoSuchMachine');
+    // vmkeeperctl passes polkit's reason on, naming the action, rather than the group hint it gives for the bus's refusal.
+    const ctl = await run(process.execPath, ['--import', 'tsx', path.join(PROJECT_ROOT, 'src/ctl/main.ts'), '--bus', rig.bus.address, 'annotate', 'target', 'owner=intruder'], { as: NOBODY, timeoutMs: 60_000 });
+    expect(ctl.code).toBe(5);
+    expect(ctl.stderr).toBe('vmkeeperctl: access denied by polkit: not authorized for org.vmkeeper1.set-annotations\n');
     for (const read of ['ListMachines', 'ListEvents']) expect((await manager(read, [], NOBODY)).ok, read).toBe(true);
     expect((await manager('DescribeMachine', ['string:target'], NOBODY)).ok).toBe(true);
-  });
+  }, 90_000);
 
   it('a rule added at runtime grants the outsider set-power only, and the event names that user', async () => {
     await create('granted');
