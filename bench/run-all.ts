@@ -4,6 +4,7 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { authorizationBench } from './authorization.bench.js';
 import { dbusLatencyBench } from './dbus-latency.bench.js';
 import { idleBench } from './idle.bench.js';
 import { loadBench } from './load.bench.js';
@@ -38,5 +39,6 @@ section('record store load (bench/store-load.bench.ts)', runScript('store-load.b
 section('schema library (bench/schema-startup.bench.ts)', runScript('schema-startup.bench.ts'));
 section('issue 12 at scale: 10,000 machines (bench/scale.bench.ts)', await scaleBench(10_000));
 section('load: 200 clients', await loadBench(quick ? 15 : Number(process.env.VMKEEPER_LOAD_SECONDS ?? 60)));
+section('authorization: polkit versus the bus policy (bench/authorization.bench.ts)', await authorizationBench());
 console.log(`\nload average at end: ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}`);
 process.exit(0);

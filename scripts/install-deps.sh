@@ -11,7 +11,8 @@ purpose="${1:-run}"
 
 run_pkgs=(libvirt-dev libsystemd-dev pkg-config python3 make g++ qemu-utils dbus systemd)
 test_pkgs=(libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86 busybox-static
-           cpio xz-utils util-linux passwd libxml2-utils python3-dbus python3-gi libglib2.0-bin)
+           cpio xz-utils util-linux passwd libxml2-utils python3-dbus python3-gi libglib2.0-bin
+           polkitd)
 pkgs=("${run_pkgs[@]}")
 [[ "$purpose" == test ]] && pkgs+=("${test_pkgs[@]}")
 

@@ -4,6 +4,7 @@ import type { MessageBus } from 'dbus-next';
 import { Agent, AGENT_VERSION } from './agent.js';
 import { type Config, specLimitsFrom } from './config/config.js';
 import { connectBus, onBusLost } from './dbus/bus-address.js';
+import { buildAuthorizer } from './dbus/authorization/build-authorizer.js';
 import { BUS_NAME, DBusService } from './dbus/dbus-service.js';
 import type { HostShutdownReport } from './hostshutdown/coordinator.js';
 import { SystemBusHostPlatform } from './hostshutdown/host-platform.js';
@@ -154,7 +155,8 @@ export class Daemon {
   private async connect(): Promise<void> {
     const bus = await connectBus(this.o.config.bus);
     this.bus = bus;
-    this.dbus = new DBusService({ bus, api: this.agent.service, logger: this.logger });
+    const authorizer = buildAuthorizer(this.o.config.authorization, bus, this.clock, this.logger);
+    this.dbus = new DBusService({ bus, api: this.agent.service, logger: this.logger, authorizer });
     onBusLost(bus, (reason) => {
       if (!this.stopping && !this.disconnecting) this.o.onBusLost(reason);
     });

@@ -24,6 +24,7 @@ export function defaultConfig(): Config {
     stateDir: DEFAULT_STATE_DIR,
     imageDirectories: ['/var/lib/vmkeeper/images'],
     defaultDomainType: 'kvm',
+    authorization: 'auto',
     machines: {
       defaultGracePeriodSec: 60,
       sweepIntervalSec: 10,

@@ -65,6 +65,7 @@ export const CONFIG_FIELDS = {
   stateDir: absolutePath,
   imageDirectories: pathList,
   defaultDomainType: oneOf('kvm', 'qemu'),
+  authorization: oneOf('auto', 'polkit', 'bus-policy'),
   machines: {
     defaultGracePeriodSec: integer(0, 86400),
     sweepIntervalSec: integer(1, 3600),

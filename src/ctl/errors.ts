@@ -59,6 +59,8 @@ export function fromDBusError(name: string, text: string): CtlError {
     case `${FDO}UnknownMethod`:
       return new CtlError(`not supported by this vmkeeperd: ${line}`, ExitCode.Failure);
     case `${FDO}AccessDenied`:
+      // The agent's refusal (polkit) names the action; the bus's own names only the rule and the member.
+      if (/authoriz\w* for org\.vmkeeper1\./.test(line)) return new CtlError(`access denied by polkit: ${line}`, ExitCode.AccessDenied);
       return new CtlError(
         'access denied: changing machines needs root or membership in the vmkeeper group',
         ExitCode.AccessDenied,

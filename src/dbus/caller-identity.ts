@@ -81,7 +81,8 @@ export class CallerIdentity {
     }
   }
 
-  private readonly noteCall = (msg: Message): boolean => {
+  /** Marks `msg` as the call being served; a call dispatched later (after polkit) is marked again then. */
+  readonly noteCall = (msg: Message): boolean => {
     this.current = msg.sender && msg.member ? { sender: msg.sender, member: msg.member } : undefined;
     return false;
   };

@@ -1,4 +1,4 @@
-import { NameFlag, RequestNameReply, type MessageBus } from 'dbus-next';
+import { NameFlag, RequestNameReply, type Message, type MessageBus } from 'dbus-next';
 import { systemClock } from '../lifecycle/clock.js';
 import { withTimeout } from '../lifecycle/with-timeout.js';
 import type { Logger } from '../logging/logger.js';
@@ -11,6 +11,8 @@ import { MarshalledArray } from './marshalled.js';
 import { MANAGER_INTERFACE, ManagerInterface, managerProperties, type MachineDirectory } from './manager-interface.js';
 import { filterInbound, type InboundJudge } from './inbound-filter.js';
 import { inboundJudge, methodSignatures } from './inbound-policy.js';
+import { authorizationGate, dbusNextDispatch, type MethodHandler } from './authorization/authorization-gate.js';
+import type { CallerAuthorizer } from './authorization/caller-authorizer.js';
 import { OBJECT_MANAGER_INTERFACE, ObjectManagerInterface } from './object-manager.js';
 import { guardOutbound } from './outbound-guard.js';
 import { CallerIdentity } from './caller-identity.js';
@@ -28,6 +30,8 @@ export interface DBusServiceOptions {
   logger: Logger;
   /** Well-known name to own; tests may pick another. */
   busName?: string;
+  /** Asked before every mutating call; without it the bus policy alone guards them. */
+  authorizer?: CallerAuthorizer;
 }
 
 export class DBusService {
@@ -61,6 +65,7 @@ export class DBusService {
   );
   private started = false;
   private nameOwned = false;
+  private readonly authorizationGate: MethodHandler | undefined;
 
   constructor(options: DBusServiceOptions) {
     this.bus = options.bus;
@@ -72,6 +77,11 @@ export class DBusService {
     guardOutbound(this.bus, this.logger);
     filterInbound(this.bus, this.judgeInbound, this.logger);
     this.callers = new CallerIdentity(this.bus, this.logger);
+    if (options.authorizer) {
+      // A call held for polkit is dispatched later: the caller identity must see it again then.
+      const dispatch = (msg: Message, bus: MessageBus) => (this.callers.noteCall(msg), dbusNextDispatch(msg, bus));
+      this.authorizationGate = authorizationGate(this.bus, options.authorizer, this.logger, dispatch);
+    }
     this.manager = new ManagerInterface(this.api, this.directory, this.callers);
     this.objectManager = new ObjectManagerInterface(() => this.managedObjects());
   }
@@ -80,7 +90,9 @@ export class DBusService {
   async start(): Promise<void> {
     if (this.started) return;
     this.started = true;
+    // Faults (unknown object, bad arguments) are answered before polkit is asked, as sd-bus services do.
     this.bus.addMethodHandler(this.answerStandard);
+    if (this.authorizationGate) this.bus.addMethodHandler(this.authorizationGate);
     this.subscribe();
     this.bus.export(MANAGER_PATH, this.manager);
     this.bus.export(MANAGER_PATH, this.objectManager);
@@ -119,6 +131,7 @@ export class DBusService {
     this.nameOwned = false;
     this.unsubscribe();
     this.bus.removeMethodHandler(this.answerStandard);
+    if (this.authorizationGate) this.bus.removeMethodHandler(this.authorizationGate);
     this.callers.stop();
     for (const iface of this.machines.values()) unexportPath(this.bus, iface.objectPath);
     this.machines.clear();

@@ -15,7 +15,8 @@ export type AgentErrorKind =
   | 'NotSupported'
   | 'InvalidArgument'
   | 'Conflict'
-  | 'EventsExpired';
+  | 'EventsExpired'
+  | 'AccessDenied';
 
 export class AgentError extends Error {
   readonly kind: AgentErrorKind;
@@ -30,6 +31,8 @@ export class AgentError extends Error {
     // Kinds outside the contract's list use the standard freedesktop names callers already know.
     if (this.kind === 'InvalidArgument') return 'org.freedesktop.DBus.Error.InvalidArgs';
     if (this.kind === 'NotSupported') return 'org.freedesktop.DBus.Error.NotSupported';
+    // The same name the bus policy answers with, so callers handle one denial whichever gate refused.
+    if (this.kind === 'AccessDenied') return 'org.freedesktop.DBus.Error.AccessDenied';
     return ERROR_PREFIX + this.kind;
   }
 }

@@ -32,6 +32,8 @@ export async function startSessionBus(): Promise<PrivateBus> {
 export interface SystemBusOptions {
   /** Policy files placed in the bus's includedir; default: the project's config/org.vmkeeper1.conf. */
   policyFiles?: string[];
+  /** Files of a second includedir read after the first, as /etc/dbus-1/system.d is after /usr/share. */
+  localPolicyFiles?: string[];
 }
 
 /** A bus with the host's system.conf rules (deny by default) plus our policy, on a temp socket. */
@@ -42,6 +44,9 @@ export async function startSystemBus(options: SystemBusOptions = {}): Promise<Pr
   const includeDir = path.join(dir, 'system.d');
   await mkdir(includeDir, { mode: 0o755 });
   for (const file of options.policyFiles ?? [POLICY_FILE]) await copyFile(file, path.join(includeDir, path.basename(file)));
+  const localDir = path.join(dir, 'local-system.d');
+  await mkdir(localDir, { mode: 0o755 });
+  for (const file of options.localPolicyFiles ?? []) await copyFile(file, path.join(localDir, path.basename(file)));
   const base = await readFile('/usr/share/dbus-1/system.conf', 'utf8');
   const config = base
     .replace(/<listen>[^<]*<\/listen>/g, `<listen>unix:path=${path.join(dir, 'system_bus_socket')}</listen>`)
@@ -54,7 +59,7 @@ export async function startSystemBus(options: SystemBusOptions = {}): Promise<Pr
     .replace(/<standard_system_servicedirs\/>/g, '')
     .replace(/<servicedir>[^<]*<\/servicedir>/g, '')
     .replace(/<servicehelper>[^<]*<\/servicehelper>/g, '')
-    .replace('</busconfig>', `  <includedir>${includeDir}</includedir>\n</busconfig>`);
+    .replace('</busconfig>', `  <includedir>${includeDir}</includedir>\n  <includedir>${localDir}</includedir>\n</busconfig>`);
   const file = path.join(dir, 'system.conf');
   await writeFile(file, config);
   return launch(dir, file);

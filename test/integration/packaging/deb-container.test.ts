@@ -94,7 +94,8 @@ describe.skipIf(skip)(`the .deb in a booted Debian 12${skip ? ` (skipped: ${skip
     const conffiles = await must('sh', ['-c', `dpkg-deb --ctrl-tarfile '${pkgs.deb}' | tar -xOf - ./conffiles`]);
     expect(conffiles.trim().split('\n')).toEqual(['/etc/vmkeeper/config.yaml']);
     for (const f of ['/usr/bin/vmkeeperd', '/usr/lib/vmkeeper/bin/node', '/lib/systemd/system/vmkeeperd.service',
-      '/usr/share/dbus-1/system.d/org.vmkeeper1.conf', '/usr/lib/sysusers.d/vmkeeper.conf', '/usr/share/man/man8/vmkeeperd.8.gz',
+      '/usr/share/dbus-1/system.d/org.vmkeeper1.conf', '/usr/lib/sysusers.d/vmkeeper.conf',
+      '/usr/share/polkit-1/actions/org.vmkeeper1.policy', '/usr/share/polkit-1/rules.d/50-org.vmkeeper1.rules', '/usr/share/man/man8/vmkeeperd.8.gz',
       '/usr/share/man/man5/vmkeeper.conf.5.gz', '/usr/share/doc/vmkeeper/installing.md.gz', '/usr/share/doc/vmkeeper/copyright']) {
       expect(debFiles).toContain(f);
     }
@@ -146,6 +147,33 @@ describe.skipIf(skip)(`the .deb in a booted Debian 12${skip ? ` (skipped: ${skip
     expect(member.stdout).not.toMatch(/Access denied|AccessDenied/i);
     expect(member.stdout).toMatch(/InvalidName|name/i);
   });
+
+  it('polkitd (a dependency of libvirt-daemon-system) knows the shipped actions and decides: the shipped rule lets a member in, a local rule keeps it out', async () => {
+    expect((await ok("dpkg-query -W -f='${Status}' polkitd")).trim()).toBe('install ok installed');
+    const actions = await ok('pkaction');
+    for (const a of ['create-machine', 'delete-machine', 'set-power', 'set-annotations']) expect(actions).toContain(`org.vmkeeper1.${a}`);
+    // Bad_Name: a call polkit lets through fails on the name, one it refuses never gets there.
+    // dbus-send, not busctl: sd-bus shows every AccessDenied as just "Access denied".
+    const memberCreate = 'setpriv --reuid=opsuser --regid=opsuser --init-groups dbus-send --system --print-reply --dest=org.vmkeeper1 ' +
+      "/org/vmkeeper1 org.vmkeeper1.Manager.CreateMachine string:Bad_Name 'string:{}' 2>&1";
+    expect((await sh(memberCreate)).stdout).toMatch(/org\.vmkeeper1\.Error\.InvalidName/);
+    await ok(`cat > /etc/polkit-1/rules.d/40-vmkeeper-local.rules <<'EOF'
+polkit.addRule(function (action, subject) {
+  if (action.id === "org.vmkeeper1.create-machine" && subject.user === "opsuser") return polkit.Result.NO;
+});
+EOF`);
+    const refusal = await waitFor(async () => {
+      const out = (await sh(memberCreate)).stdout;
+      if (!/org\.freedesktop\.DBus\.Error\.AccessDenied: not authorized for org\.vmkeeper1\.create-machine/.test(out)) throw new Error(`still: ${out.trim()}`);
+      return out;
+    }, { timeoutMs: 30_000, intervalMs: 500, what: 'polkitd to obey the local rule' }).catch(async (err: unknown) => {
+      const agentLog = (await sh('journalctl -q -u vmkeeperd.service -u polkit.service --no-pager | tail -n 30')).stdout;
+      throw new Error(`${err instanceof Error ? err.message : String(err)}\n${agentLog}`);
+    });
+    expect(refusal).not.toMatch(/InvalidName/); // refused before the name was looked at
+    await ok('rm /etc/polkit-1/rules.d/40-vmkeeper-local.rules');
+    await waitFor(async () => /InvalidName/.test((await sh(memberCreate)).stdout), { timeoutMs: 30_000, intervalMs: 500, what: 'the local rule gone' });
+  }, 900_000);
 
   let record: { metadata?: unknown; spec?: unknown; [k: string]: unknown };
   let guestPid = '';

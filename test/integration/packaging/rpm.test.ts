@@ -54,6 +54,8 @@ describe.skipIf(skip)(`the .rpm${skip ? ` (skipped: ${skip})` : ''}`, () => {
       '/usr/lib/vmkeeper/node_modules/dbus-next/package.json',
       '/usr/lib/systemd/system/vmkeeperd.service',
       '/usr/share/dbus-1/system.d/org.vmkeeper1.conf',
+      '/usr/share/polkit-1/actions/org.vmkeeper1.policy',
+      '/usr/share/polkit-1/rules.d/50-org.vmkeeper1.rules',
       '/etc/vmkeeper/config.yaml',
       '/usr/lib/sysusers.d/vmkeeper.conf',
       '/usr/share/doc/vmkeeper/README.md',

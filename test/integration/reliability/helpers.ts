@@ -118,6 +118,7 @@ export interface ConfigOptions {
   defaultGracePeriodSec?: number;
   defaultDomainType?: 'kvm' | 'qemu';
   logLevel?: string;
+  authorization?: 'auto' | 'polkit' | 'bus-policy';
 }
 
 /** Writes a config file for the agent (flags still give bus, uri, dirs). */
@@ -132,6 +133,7 @@ export async function writeConfig(file: string, o: ConfigOptions = {}): Promise<
     `  shutdownRetryIntervalSec: ${o.shutdownRetryIntervalSec ?? 1}`,
     `  resyncIntervalSec: ${o.resyncIntervalSec ?? 2}`,
     `  pollIntervalMs: ${o.pollIntervalMs ?? 200}`,
+    ...(o.authorization ? [`authorization: ${o.authorization}`] : []),
     'log:',
     `  level: ${o.logLevel ?? 'debug'}`,
     '',
