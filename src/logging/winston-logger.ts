@@ -71,8 +71,9 @@ export function createLogger(options: CreateLoggerOptions): ClosableLogger {
   const log = (level: LogLevel) => (message: string, fields?: LogFields) => {
     // A late line from a component still stopping must not become a write-after-end error.
     if (closed) return;
-    if (journal && LEVELS[level] <= LEVELS[options.level] && journal.send(encodeJournalEntry(journalEntryFields(level, message, fields)))) return;
-    logger.log({ level, message, fields });
+    const asLine = () => logger.log({ level, message, fields });
+    if (journal && LEVELS[level] <= LEVELS[options.level]) journal.send(encodeJournalEntry(journalEntryFields(level, message, fields)), asLine);
+    else asLine();
   };
   return {
     error: log('error'),
@@ -80,6 +81,8 @@ export function createLogger(options: CreateLoggerOptions): ClosableLogger {
     info: log('info'),
     debug: log('debug'),
     close() {
+      // Entries still queued for the journal become stream lines before the stream ends.
+      if (!closed) journal?.close();
       closed ??= new Promise<void>((resolve) => {
         logger.once('finish', () => {
           // The transport has handed every line to the stream; wait for the stream to take them.
@@ -87,7 +90,6 @@ export function createLogger(options: CreateLoggerOptions): ClosableLogger {
         });
         logger.end();
       });
-      journal?.close();
       return closed;
     },
   };

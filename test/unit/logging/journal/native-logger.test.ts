@@ -4,7 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { PassThrough } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
-import { openJournalSocket, type DatagramSender } from '../../../../src/logging/journal/journal-socket.js';
+import { MAX_PENDING_DATAGRAMS, openJournalSocket, type DatagramSender, type UnixDgramModule } from '../../../../src/logging/journal/journal-socket.js';
 import { createLogger, type CreateLoggerOptions } from '../../../../src/logging/winston-logger.js';
 import { waitFor } from '../../../support/wait.js';
 
@@ -13,9 +13,9 @@ function recordingSender(accept = true): DatagramSender & { sent: string[]; clos
   const s = {
     sent: [] as string[],
     closed: false,
-    send(d: Buffer) {
+    send(d: Buffer, onRefused: () => void) {
       if (accept) s.sent.push(d.toString('utf8'));
-      return accept;
+      else onRefused();
     },
     close() {
       s.closed = true;
@@ -84,13 +84,96 @@ describe('openJournalSocket', () => {
     try {
       const sender = openJournalSocket(socketPath);
       if (typeof sender === 'string') throw new Error(sender);
-      expect(sender.send(Buffer.from('MESSAGE=hi\n'))).toBe(true);
+      const refused: string[] = [];
+      sender.send(Buffer.from('MESSAGE=hi\n'), () => refused.push('hi'));
       await waitFor(() => received.length === 1, { timeoutMs: 5000, what: 'the datagram' });
       expect(received).toEqual(['MESSAGE=hi\n']);
       sender.close();
-      expect(sender.send(Buffer.from('MESSAGE=late\n'))).toBe(false);
+      sender.send(Buffer.from('MESSAGE=late\n'), () => refused.push('late'));
+      expect(refused).toEqual(['late']);
     } finally {
       server.close();
     }
+  });
+});
+
+/** A socket whose queue holds `room` datagrams until the test drains it and says "writable". */
+function fakeAddon(room: number) {
+  const listeners = new Map<string, (...args: unknown[]) => void>();
+  const delivered: string[] = [];
+  let queued = 0;
+  let failNext: number | undefined;
+  const socket = {
+    on: (event: string, l: (...args: unknown[]) => void) => void listeners.set(event, l),
+    connect() {},
+    send(buf: Buffer, cb: (err?: Error) => void) {
+      if (failNext !== undefined) return cb(Object.assign(new Error('send'), { code: failNext, syscall: 'send' }));
+      if (queued >= room) return cb(new Error('congestion'));
+      queued++;
+      delivered.push(buf.toString());
+      cb();
+    },
+    close() {},
+  };
+  const addon: UnixDgramModule = { createSocket: () => socket };
+  return {
+    addon,
+    delivered,
+    drainAll() {
+      queued = 0;
+      listeners.get('writable')?.();
+    },
+    failSends: () => (failNext = -111),
+  };
+}
+
+describe('the queue behind a full journal socket', () => {
+  const open = (f: ReturnType<typeof fakeAddon>) => {
+    const s = openJournalSocket('/fake', () => f.addon);
+    if (typeof s === 'string') throw new Error(s);
+    return s;
+  };
+
+  it('holds entries while the socket is full and sends them in order once it is writable', () => {
+    const f = fakeAddon(2);
+    const sender = open(f);
+    const refused: number[] = [];
+    for (let i = 0; i < 5; i++) sender.send(Buffer.from(`e${i}`), () => refused.push(i));
+    expect(f.delivered).toEqual(['e0', 'e1']);
+    f.drainAll();
+    expect(f.delivered).toEqual(['e0', 'e1', 'e2', 'e3']);
+    f.drainAll();
+    expect(f.delivered).toEqual(['e0', 'e1', 'e2', 'e3', 'e4']);
+    expect(refused).toEqual([]);
+  });
+
+  it('refuses past its bound, and hands back what is still queued at close', () => {
+    const f = fakeAddon(0);
+    const sender = open(f);
+    const refused: number[] = [];
+    for (let i = 0; i < MAX_PENDING_DATAGRAMS + 3; i++) sender.send(Buffer.from(`e${i}`), () => refused.push(i));
+    expect(refused).toEqual([MAX_PENDING_DATAGRAMS, MAX_PENDING_DATAGRAMS + 1, MAX_PENDING_DATAGRAMS + 2]);
+    sender.close();
+    expect(refused).toHaveLength(MAX_PENDING_DATAGRAMS + 3);
+    expect(f.delivered).toEqual([]);
+  });
+
+  it('a socket that fails (journald gone) refuses the entry at once', () => {
+    const f = fakeAddon(10);
+    const sender = open(f);
+    f.failSends();
+    let refused = 0;
+    sender.send(Buffer.from('x'), () => refused++);
+    expect(refused).toBe(1);
+  });
+
+  it('the logger writes a refused entry as its stream line, queued ones too at close', async () => {
+    const f = fakeAddon(1);
+    const journal = open(f);
+    const c = capture({ level: 'debug', format: 'journal', journal });
+    c.logger.info('first');
+    c.logger.info('second', { machine: 'm' });
+    expect(f.delivered).toHaveLength(1);
+    expect(await c.lines()).toEqual(['<6>second machine=m']);
   });
 });
