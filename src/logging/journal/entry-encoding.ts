@@ -22,16 +22,21 @@ export function journalFieldName(raw: string): string | undefined {
 
 /** One datagram for journald; names must already be valid (journalFieldName). */
 export function encodeJournalEntry(fields: JournalFields): Buffer {
+  // Text runs are joined first: one Buffer per entry in the common case of no multi-line value.
   const parts: Buffer[] = [];
+  let text = '';
   for (const [name, value] of fields) {
     if (!value.includes('\n')) {
-      parts.push(Buffer.from(`${name}=${value}\n`, 'utf8'));
+      text += `${name}=${value}\n`;
       continue;
     }
     const bytes = Buffer.from(value, 'utf8');
     const length = Buffer.alloc(8);
     length.writeBigUInt64LE(BigInt(bytes.length));
-    parts.push(Buffer.from(`${name}\n`, 'utf8'), length, bytes, Buffer.from('\n'));
+    parts.push(Buffer.from(`${text}${name}\n`, 'utf8'), length, bytes);
+    text = '\n';
   }
+  if (parts.length === 0) return Buffer.from(text, 'utf8');
+  parts.push(Buffer.from(text, 'utf8'));
   return Buffer.concat(parts);
 }
