@@ -6,7 +6,8 @@ import { journalEntryFields, SYSLOG_PRIORITY } from './journal/entry-fields.js';
 import type { DatagramSender } from './journal/journal-socket.js';
 
 // The agent's Logger on winston, writing one line per entry to stderr (journald takes stderr
-// under systemd). Fields travel under info.fields so they can never clobber level or message.
+// under systemd), or, given a journal socket, one native entry with fields (journal/).
+// Fields travel under info.fields so they can never clobber level or message.
 
 export type LogLevel = 'error' | 'warn' | 'info' | 'debug';
 export type LogFormat = 'journal' | 'text' | 'json';
@@ -72,8 +73,14 @@ export function createLogger(options: CreateLoggerOptions): ClosableLogger {
     // A late line from a component still stopping must not become a write-after-end error.
     if (closed) return;
     const asLine = () => logger.log({ level, message, fields });
-    if (journal && LEVELS[level] <= LEVELS[options.level]) journal.send(encodeJournalEntry(journalEntryFields(level, message, fields)), asLine);
-    else asLine();
+    if (!journal || LEVELS[level] > LEVELS[options.level]) return asLine();
+    let datagram: Buffer;
+    try {
+      datagram = encodeJournalEntry(journalEntryFields(level, message, fields));
+    } catch {
+      return asLine(); // a value no encoding takes must not cost the entry
+    }
+    journal.send(datagram, asLine);
   };
   return {
     error: log('error'),
