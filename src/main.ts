@@ -9,6 +9,7 @@ import { Daemon, type StopReason } from './daemon.js';
 import { describeError } from './machine/errors.js';
 import { createLogger } from './logging/winston-logger.js';
 import { levelGate } from './systemd/reload.js';
+import { nativeJournal } from './logging/journal/native-journal.js';
 
 const EXIT_CONFIG = 78; // EX_CONFIG: systemd shows it, and Restart=on-failure does not loop on it
 const EXIT_FAILURE = 1;
@@ -27,9 +28,11 @@ async function main(): Promise<number> {
   const { config } = loaded;
   // `live` is the config in force: reload (SIGHUP) changes its runtime keys in place.
   const live = structuredClone(config);
-  const sink = createLogger({ level: 'debug', format: config.log.format });
+  const native = config.log.format === 'journal' ? nativeJournal(config.log.journalTransport, process.env) : {};
+  const sink = createLogger({ level: 'debug', format: config.log.format, ...(native.journal ? { journal: native.journal } : {}) });
   const logger = levelGate(sink, () => live.log.level);
   logger.info(`vmkeeperd ${AGENT_VERSION} starting`, { config: loaded.configFileFound ? loaded.configPath : 'built-in defaults', bus: config.bus, libvirt: config.libvirt.uri, stateDir: config.stateDir });
+  if (native.notUsed) logger.warn(`journal: structured fields off, writing lines to stderr (${native.notUsed})`);
 
   // The first stop request wins; it also aborts a start still under way.
   const stopRequest = new AbortController();

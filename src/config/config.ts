@@ -11,7 +11,7 @@ export type LogLevel = FileValues['log']['level'];
 export type LogFormat = Exclude<FileValues['log']['format'], 'auto'>;
 export type DomainType = FileValues['defaultDomainType'];
 
-export type Config = Omit<FileValues, 'log'> & { log: { level: LogLevel; format: LogFormat } };
+export type Config = Omit<FileValues, 'log'> & { log: { level: LogLevel; format: LogFormat; journalTransport: FileValues['log']['journalTransport'] } };
 
 export const DEFAULT_STATE_DIR = '/var/lib/vmkeeper';
 export const DEFAULT_CONFIG_PATH = '/etc/vmkeeper/config.yaml';
@@ -34,7 +34,7 @@ export function defaultConfig(): Config {
     },
     hostShutdown: { action: 'shutdown', timeoutSec: 120, parallelism: 8, onServiceStop: 'leave' },
     events: { maxCount: 10_000, maxAgeSec: 604_800 },
-    log: { level: 'info', format: 'text' },
+    log: { level: 'info', format: 'text', journalTransport: 'auto' },
   };
 }
 

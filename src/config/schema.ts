@@ -80,7 +80,11 @@ export const CONFIG_FIELDS = {
     onServiceStop: oneOf('leave', 'shutdown'),
   },
   events: { maxCount: integer(100, 10_000_000), maxAgeSec: integer(60, 31_536_000) },
-  log: { level: oneOf('error', 'warn', 'info', 'debug'), format: oneOf('auto', 'journal', 'text', 'json') },
+  log: {
+    level: oneOf('error', 'warn', 'info', 'debug'),
+    format: oneOf('auto', 'journal', 'text', 'json'),
+    journalTransport: oneOf('auto', 'native', 'stream'),
+  },
 };
 
 interface Section {

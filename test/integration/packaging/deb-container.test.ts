@@ -188,6 +188,17 @@ EOF`);
     record = JSON.parse(JSON.parse(described).data[0]);
   }, 120_000);
 
+  it('logs keep-1\'s events with structured journal fields through the shipped unix-dgram addon', async () => {
+    expect(debFiles).toContain('/usr/lib/vmkeeper/node_modules/unix-dgram/build/Release/unix_dgram.node');
+    const entries = async () => (await ok('journalctl -u vmkeeperd.service VMKEEPER_MACHINE=keep-1 -o json --no-pager'))
+      .split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Record<string, string>);
+    await waitFor(async () => (await entries()).some((e) => e.VMKEEPER_REASON === 'Started'), { timeoutMs: 30_000, intervalMs: 500, what: 'keep-1 Started in the journal' });
+    const reasons = (await entries()).map((e) => e.VMKEEPER_REASON);
+    expect(reasons[0], reasons.join(', ')).toBe('Created');
+    expect(reasons.indexOf('Started'), reasons.join(', ')).toBeGreaterThan(0);
+    expect((await ok('journalctl -u vmkeeperd.service --no-pager')).includes('structured fields off')).toBe(false);
+  }, 60_000);
+
   it('upgrades to a newer build: the agent restarts, the guest keeps running, its record is intact, the edited config is kept', async () => {
     await ok(`sed -i 's/^  level: info$/  level: debug/' /etc/vmkeeper/config.yaml && grep -q '^  level: debug$' /etc/vmkeeper/config.yaml`);
     await ok('systemctl restart vmkeeperd.service');

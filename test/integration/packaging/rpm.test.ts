@@ -51,6 +51,7 @@ describe.skipIf(skip)(`the .rpm${skip ? ` (skipped: ${skip})` : ''}`, () => {
       '/usr/lib/vmkeeper/package.json',
       '/usr/lib/vmkeeper/node_modules/@unraid/libvirt/build/Release/libvirt.node',
       '/usr/lib/vmkeeper/node_modules/sd-notify/build/Release/notify.node',
+      '/usr/lib/vmkeeper/node_modules/unix-dgram/build/Release/unix_dgram.node',
       '/usr/lib/vmkeeper/node_modules/dbus-next/package.json',
       '/usr/lib/systemd/system/vmkeeperd.service',
       '/usr/share/dbus-1/system.d/org.vmkeeper1.conf',

@@ -3,6 +3,8 @@ import path from 'node:path';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { waitFor } from '../../support/wait.js';
 import { bootAgentContainer, isRoot, prepareAgentContainers, type AgentContainer } from './container.js';
+import { journalEntries } from './journal-query.js';
+import { EVENT_MESSAGE_IDS } from '../../../src/logging/journal/message-ids.js';
 
 // vmkeeperd under real systemd (nspawn-booted Debian 12, libvirt + TCG qemu inside). Root only.
 // Warm cache: ~2 s per boot; the guest test boots two real guests (~10 s under TCG).
@@ -105,6 +107,56 @@ describe.skipIf(!isRoot)('vmkeeperd under systemd', () => {
     expect(j).toMatch(/only applied by a restart .*machines\.sweepIntervalSec/);
     expect(j).toMatch(/Reloaded vmkeeperd\.service/);
   }, 60000);
+
+  it('journalctl VMKEEPER_MACHINE= shows that machine\'s history and no other; MESSAGE_ID= finds every event of a kind', async () => {
+    a = await bootAgentContainer({ name: 'vmk-journal' });
+    await maskLibvirtGuests(a);
+    expect((await a.c.exec(['systemctl', 'start', 'vmkeeperd'], { timeoutMs: 60_000 })).code).toBe(0);
+    await a.createGuest('jrnl-a', 'acpi');
+    await a.createGuest('jrnl-b', 'acpi');
+    const started = () => journalEntries(a!, [`MESSAGE_ID=${EVENT_MESSAGE_IDS.Started}`]);
+    await waitFor(async () => (await started()).length >= 2, { timeoutMs: 60_000, intervalMs: 500, what: 'both machines Started in the journal' });
+    const del = await a.busctl(['call', 'org.vmkeeper1', '/org/vmkeeper1', 'org.vmkeeper1.Manager', 'DeleteMachineWithGracePeriod', 'su', 'jrnl-a', '0']);
+    expect(del.code, del.stderr).toBe(0);
+    const history = () => journalEntries(a!, ['-u', 'vmkeeperd', 'VMKEEPER_MACHINE=jrnl-a']);
+    await waitFor(async () => (await history()).some((e) => e.VMKEEPER_REASON === 'Deleted'), { timeoutMs: 60_000, intervalMs: 500, what: 'jrnl-a Deleted in the journal' });
+
+    const ofA = await history();
+    expect(ofA.every((e) => e.VMKEEPER_MACHINE === 'jrnl-a' && !/jrnl-b/.test(e.MESSAGE ?? ''))).toBe(true);
+    const reasons = ofA.map((e) => e.VMKEEPER_REASON);
+    let last = -1;
+    for (const reason of ['Created', 'Started', 'DeletionRequested', 'Deleted']) {
+      const i = reasons.indexOf(reason, last + 1);
+      expect(i, `${reason} after ${reasons.slice(0, last + 1).join(', ')} in ${reasons.join(', ')}`).toBeGreaterThan(last);
+      last = i;
+    }
+    const created = ofA.find((e) => e.VMKEEPER_REASON === 'Created')!;
+    expect(created).toMatchObject({
+      MESSAGE_ID: EVENT_MESSAGE_IDS.Created,
+      PRIORITY: '6',
+      SYSLOG_IDENTIFIER: 'vmkeeperd',
+      VMKEEPER_CALLER_UID: '0',
+      VMKEEPER_CALLER_CALL: 'CreateMachine',
+      _SYSTEMD_UNIT: 'vmkeeperd.service',
+    });
+    // The text stays what the stream line said.
+    expect(created.MESSAGE).toMatch(/^jrnl-a: machine jrnl-a created machine=jrnl-a reason=Created sequence=\d+ uid=0 call=CreateMachine$/);
+    const sequences = ofA.map((e) => Number(e.VMKEEPER_EVENT_SEQ));
+    expect(sequences.every((n) => Number.isSafeInteger(n) && n > 0)).toBe(true);
+    expect([...sequences].sort((x, y) => x - y)).toEqual(sequences);
+
+    const ofB = await journalEntries(a, ['-u', 'vmkeeperd', 'VMKEEPER_MACHINE=jrnl-b']);
+    expect(ofB.map((e) => e.VMKEEPER_REASON)).toEqual(expect.arrayContaining(['Created', 'Started']));
+    expect(ofB.every((e) => e.VMKEEPER_MACHINE === 'jrnl-b' && !/jrnl-a/.test(e.MESSAGE ?? ''))).toBe(true);
+    expect(ofB.map((e) => e.VMKEEPER_REASON)).not.toContain('Deleted');
+
+    const allCreated = await journalEntries(a, [`MESSAGE_ID=${EVENT_MESSAGE_IDS.Created}`]);
+    expect(allCreated.map((e) => e.VMKEEPER_MACHINE).sort()).toEqual(['jrnl-a', 'jrnl-b']);
+    const deleted = await journalEntries(a, [`MESSAGE_ID=${EVENT_MESSAGE_IDS.Deleted}`]);
+    expect(deleted.map((e) => e.VMKEEPER_MACHINE)).toEqual(['jrnl-a']);
+    // Plain lines go through the socket too, still found by unit and text.
+    expect(await a.c.journal('vmkeeperd')).toMatch(/connected to libvirt/);
+  }, 180000);
 
   it('restart leaves guests running; poweroff shuts the obeying guest down and destroys the ignoring one at the timeout', async () => {
     a = await bootAgentContainer({ name: 'vmk-guests', hostShutdownTimeoutSec: 15 });

@@ -64,7 +64,7 @@ describe('loadConfig: file errors name file:line: key', () => {
     {
       name: 'unknown nested key',
       yaml: 'log:\n  level: debug\n  colour: true\n',
-      message: `${FILE}:3: log.colour: unknown key (expected one of: level, format)`,
+      message: `${FILE}:3: log.colour: unknown key (expected one of: level, format, journalTransport)`,
     },
     {
       name: 'enum',
@@ -165,12 +165,12 @@ describe('loadConfig: flags override the file', () => {
     expect(config.libvirt.uri).toBe('qemu:///session');
     expect(config.stateDir).toBe('/srv/b');
     expect(config.imageDirectories).toEqual(['/srv/x', '/srv/y']);
-    expect(config.log).toEqual({ level: 'debug', format: 'text' });
+    expect(config.log).toEqual({ level: 'debug', format: 'text', journalTransport: 'auto' });
   });
   it('the file alone', () => {
     const { config } = load({ [FILE]: yaml });
     expect(config.bus).toBe('session');
-    expect(config.log).toEqual({ level: 'warn', format: 'json' });
+    expect(config.log).toEqual({ level: 'warn', format: 'json', journalTransport: 'auto' });
   });
 
   it.each([
