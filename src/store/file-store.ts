@@ -43,6 +43,8 @@ export interface FileMachineStoreOptions {
   journalFile?: string;
   /** Journal bytes above which the store checkpoints after a batch. */
   checkpointBytes?: number;
+  /** Free space a journalled write must leave (MIN_FREE_BYTES); tests on a tiny tmpfs lower it. */
+  minFreeBytes?: number;
 }
 
 const DEFAULT_CHECKPOINT_BYTES = 4 * 1024 * 1024;
@@ -83,6 +85,7 @@ export class FileMachineStore implements MachineStore {
   private applied: Promise<void> = Promise.resolve();
   private readonly journal: RecordJournal | undefined;
   private readonly checkpointBytes: number;
+  private readonly minFreeBytes: number;
   /** Records changed since the last checkpoint: their files may not be durable yet. */
   private dirty = new Set<string>();
 
@@ -96,6 +99,7 @@ export class FileMachineStore implements MachineStore {
     this.validator = options.validator ?? new StoredRecordValidator(DEFAULT_SPEC_LIMITS);
     this.journal = options.journalFile ? new RecordJournal({ file: options.journalFile, fs: this.fs }) : undefined;
     this.checkpointBytes = options.checkpointBytes ?? DEFAULT_CHECKPOINT_BYTES;
+    this.minFreeBytes = options.minFreeBytes ?? MIN_FREE_BYTES;
   }
 
   async load(): Promise<LoadResult> {
@@ -430,7 +434,7 @@ export class FileMachineStore implements MachineStore {
   }
 
   private async ensureFreeSpace(ops: JournalOp[]): Promise<void> {
-    const need = Math.max(MIN_FREE_BYTES, 4 * Buffer.byteLength(JSON.stringify(ops)));
+    const need = Math.max(this.minFreeBytes, 4 * Buffer.byteLength(JSON.stringify(ops)));
     const free = await this.fs.freeBytes(this.dir);
     if (free >= need) return;
     throw Object.assign(new Error(`ENOSPC: ${free} bytes free on the state file system, a write keeps ${need} free so its record file and checkpoint fit`), { code: 'ENOSPC' });

@@ -76,7 +76,8 @@ describe.skipIf(mountError !== undefined)('FileMachineStore on a full disk', () 
   it('with the journal: a failed append is cut off, memory, files and journal unchanged; recovers when space returns', async () => {
     const dir = path.join(mnt, 'machines-j');
     const journalFile = path.join(mnt, 'journal', 'records.log');
-    const store = new FileMachineStore({ dir, journalFile, logger: silentLogger });
+    // No reserve: on a 64 KiB tmpfs it would refuse every write; this is the kernel's ENOSPC path.
+    const store = new FileMachineStore({ dir, journalFile, logger: silentLogger, minFreeBytes: 0 });
     await store.load();
     const before = await store.put(makeRecord('vm'));
     const onDisk = await readFile(path.join(dir, 'vm.json'), 'utf8');
@@ -97,7 +98,7 @@ describe.skipIf(mountError !== undefined)('FileMachineStore on a full disk', () 
     const after = await store.put(big);
     expect(after.resourceVersion).toBe(before.resourceVersion + 1);
     await store.close();
-    const reloaded = new FileMachineStore({ dir, journalFile, logger: silentLogger });
+    const reloaded = new FileMachineStore({ dir, journalFile, logger: silentLogger, minFreeBytes: 0 });
     expect(await reloaded.load()).toEqual({ records: 1, quarantined: [] });
     expect(reloaded.get('vm')).toEqual(after);
     await reloaded.close();

@@ -106,6 +106,9 @@ export async function bootAgentContainer(o: AgentContainerOptions): Promise<Agen
       ].join('\n'),
       '/usr/lib/tmpfiles.d/vmkeeperd.conf': await read('systemd/vmkeeperd.tmpfiles'),
       '/etc/dbus-1/system.d/org.vmkeeper1.conf': await read('config/org.vmkeeper1.conf'),
+      // Where the packages put them: the container's polkitd (libvirt pulls it in) decides in "auto".
+      '/usr/share/polkit-1/actions/org.vmkeeper1.policy': await read('config/org.vmkeeper1.policy'),
+      '/usr/share/polkit-1/rules.d/50-org.vmkeeper1.rules': await read('config/50-org.vmkeeper1.rules'),
       '/etc/vmkeeper/config.yaml': configYaml(o),
       // Containers have no cgroup controllers to delegate to libvirt.
       '/etc/libvirt/qemu.conf': 'cgroup_controllers = [ ]\n',
