@@ -3,6 +3,7 @@ import { existsSync } from 'node:fs';
 import { chmod, copyFile, mkdir, rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { busctl } from './busctl.js';
+import { stopChild } from './dbus-daemon.js';
 import { waitFor } from './wait.js';
 
 // The real polkitd on a private bus, in a mount namespace of its own: temp folders are bound over
@@ -95,11 +96,3 @@ async function copyReadable(file: string, folder: string): Promise<void> {
   await chmod(target, 0o644);
 }
 
-async function stopChild(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  child.kill('SIGTERM');
-  const timer = setTimeout(() => child.kill('SIGKILL'), 3000);
-  await exited;
-  clearTimeout(timer);
-}
