@@ -3,6 +3,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { DBusError, Message, type MessageBus } from 'dbus-next';
 import { connectBus } from '../../../src/dbus/bus-address.js';
+import { recordJournalFile } from '../../../src/machine/paths.js';
+import { decodeJournal } from '../../../src/store/record-journal.js';
 import { MANAGER_PATH, machineObjectPath } from '../../../src/machine/names.js';
 import { startAgent, type AgentProcess, type AgentProcessOptions } from '../../support/agent-process.js';
 import { BUS_NAME } from '../../support/busctl.js';
@@ -174,7 +176,26 @@ export async function readRecordFiles(stateDir: string): Promise<{ records: Map<
     if (record.name !== f.slice(0, -5)) throw new Error(`record file ${f} holds name ${String(record.name)}`);
     records.set(record.name as string, { file: f, record });
   }
+  await overlayRecordJournal(stateDir, records);
   return { records, others };
+}
+
+/**
+ * The record journal holds writes not yet checkpointed into record files, and they are as durable
+ * as the files: the agent replays them over the files on load. So the durable state is the files
+ * with the journal's whole frames applied in order, read with the agent's own decoder.
+ */
+async function overlayRecordJournal(stateDir: string, records: Map<string, RecordFile>): Promise<void> {
+  const bytes = await readFile(recordJournalFile(stateDir)).catch((err: NodeJS.ErrnoException) => {
+    if (err.code === 'ENOENT') return Buffer.alloc(0);
+    throw err;
+  });
+  for (const batch of decodeJournal(bytes).batches) {
+    for (const op of batch) {
+      if (op.record === null) records.delete(op.name);
+      else records.set(op.name, { file: records.get(op.name)?.file ?? `${op.name}.json`, record: op.record as unknown as Record<string, any> });
+    }
+  }
 }
 
 export async function listDir(dir: string): Promise<string[]> {
