@@ -61,7 +61,8 @@ export class CallerIdentity {
     return this.uids.size;
   }
 
-  private uidOf(sender: string): Promise<number | undefined> {
+  /** The unix uid the bus daemon vouches for; undefined when it cannot tell. Cached per sender. */
+  uidOf(sender: string): Promise<number | undefined> {
     let uid = this.uids.get(sender);
     if (!uid) {
       uid = this.askBus(sender);

@@ -13,6 +13,7 @@ import { filterInbound, type InboundJudge } from './inbound-filter.js';
 import { inboundJudge, methodSignatures } from './inbound-policy.js';
 import { authorizationGate, dbusNextDispatch, type MethodHandler } from './authorization/authorization-gate.js';
 import type { CallerAuthorizer } from './authorization/caller-authorizer.js';
+import { rootFirst } from './authorization/root-first.js';
 import { OBJECT_MANAGER_INTERFACE, ObjectManagerInterface } from './object-manager.js';
 import { guardOutbound } from './outbound-guard.js';
 import { CallerIdentity } from './caller-identity.js';
@@ -80,7 +81,8 @@ export class DBusService {
     if (options.authorizer) {
       // A call held for polkit is dispatched later: the caller identity must see it again then.
       const dispatch = (msg: Message, bus: MessageBus) => (this.callers.noteCall(msg), dbusNextDispatch(msg, bus));
-      this.authorizationGate = authorizationGate(this.bus, options.authorizer, this.logger, dispatch);
+      const authorizer = rootFirst(options.authorizer, (sender) => this.callers.uidOf(sender), this.logger);
+      this.authorizationGate = authorizationGate(this.bus, authorizer, this.logger, dispatch);
     }
     this.manager = new ManagerInterface(this.api, this.directory, this.callers);
     this.objectManager = new ObjectManagerInterface(() => this.managedObjects());
