@@ -32,7 +32,8 @@ export function defaultConfig(): Config {
       resyncIntervalSec: 30,
       pollIntervalMs: 1000,
     },
-    hostShutdown: { action: 'shutdown', timeoutSec: 120, parallelism: 8, onServiceStop: 'leave' },
+    hostShutdown: { action: 'shutdown', timeoutSec: 120, parallelism: 8, onServiceStop: 'leave', groups: [] },
+    restore: { parallelism: 4, delaySec: 0 },
     events: { maxCount: 10_000, maxAgeSec: 604_800 },
     log: { level: 'info', format: 'text', journalTransport: 'auto' },
   };

@@ -54,6 +54,10 @@ export function loadConfig(options: LoadConfigOptions): LoadedConfig {
     }
     return new ConfigError(file?.source ?? 'built-in default', file?.lineOf(keyPath), formatKeyPath(keyPath), why);
   });
+  const budgetProblem = groupBudgetProblem(config.hostShutdown);
+  if (budgetProblem !== undefined) {
+    throw new ConfigError(file?.source ?? 'built-in default', file?.lineOf(['hostShutdown', 'groups']), 'hostShutdown.groups', budgetProblem);
+  }
   // "auto" (or nothing said anywhere) picks the journal when systemd started us.
   if ((config.log.format as string) === 'auto' || (!given.has('log.format') && flags.logFormat === undefined)) {
     config.log.format = systemdLogFormat(options.env) ?? 'text';
@@ -153,6 +157,13 @@ function checkDirectories(config: Config, imageDirsGiven: boolean, error: (keyPa
     if (!imageDirsGiven) throw error(['stateDir'], `collides with the default image directory ${dir}, which ${problem}`);
     throw error(['imageDirectories', i], problem);
   }
+}
+
+/** The groups' budgets run one after another, so together they must fit in the whole bound. */
+export function groupBudgetProblem(h: Config['hostShutdown']): string | undefined {
+  const total = h.groups.reduce((sum, g) => sum + g.budgetSec, 0);
+  if (total <= h.timeoutSec) return undefined;
+  return `the group budgets add up to ${total}s, more than hostShutdown.timeoutSec (${h.timeoutSec}s), the bound they share`;
 }
 
 function applyFlags(flags: Flags, config: Config): void {

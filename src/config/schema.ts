@@ -59,6 +59,21 @@ export const libvirtUri = v.custom<string>(
   got('must be a libvirt URI like "qemu:///system"'),
 );
 
+/** One host-shutdown priority group: machines with shutdownPriority >= minPriority (up to the next group's). */
+const priorityGroup = v.pipe(
+  v.custom<Record<string, unknown>>(isPlainObject, got('must be a mapping with minPriority and budgetSec')),
+  v.strictObject(
+    { minPriority: integer(0, 1000), budgetSec: integer(1, 86400) },
+    (issue) => (issue.expected === 'never' ? 'unknown key (expected minPriority, budgetSec)' : 'needs minPriority and budgetSec'),
+  ),
+);
+
+export const priorityGroups = v.pipe(
+  v.custom<unknown[]>((x) => Array.isArray(x), got('must be a list of {minPriority, budgetSec} mappings')),
+  v.array(priorityGroup),
+  v.check((groups) => new Set(groups.map((g) => g.minPriority)).size === groups.length, 'names a minPriority twice'),
+);
+
 export const CONFIG_FIELDS = {
   bus: busAddress,
   libvirt: { uri: libvirtUri, callTimeoutSec: integer(1, 3600) },
@@ -78,7 +93,9 @@ export const CONFIG_FIELDS = {
     timeoutSec: integer(1, 86400),
     parallelism: integer(1, 1024),
     onServiceStop: oneOf('leave', 'shutdown'),
+    groups: priorityGroups,
   },
+  restore: { parallelism: integer(1, 1024), delaySec: integer(0, 3600) },
   events: { maxCount: integer(100, 10_000_000), maxAgeSec: integer(60, 31_536_000) },
   log: {
     level: oneOf('error', 'warn', 'info', 'debug'),

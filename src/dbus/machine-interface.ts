@@ -1,6 +1,7 @@
 import { describeRecord } from '../machine/describe.js';
 import { specView, type MachineRecord } from '../machine/record.js';
 import { machineObjectPath } from '../machine/names.js';
+import { lifecycleOf } from '../machine/spec.js';
 import type { MachineApi } from '../service/api.js';
 import { mapErrors } from './errors.js';
 import type { CallerIdentity } from './caller-identity.js';
@@ -22,6 +23,7 @@ function gracePeriodSec(r: MachineRecord, defaultGraceSec: number): number {
 }
 
 export function machineProperties(r: MachineRecord, defaultGraceSec: number): PropertyValues {
+  const lifecycle = lifecycleOf(r.spec);
   return {
     Name: r.name,
     Uuid: r.uuid,
@@ -37,6 +39,9 @@ export function machineProperties(r: MachineRecord, defaultGraceSec: number): Pr
     Annotations: { ...r.annotations },
     Spec: JSON.stringify(specView(r)),
     ResourceVersion: BigInt(Math.max(0, Math.trunc(r.resourceVersion))),
+    HostShutdownAction: lifecycle.hostShutdownAction,
+    ShutdownPriority: uint32(lifecycle.shutdownPriority),
+    StartPriority: uint32(lifecycle.startPriority),
   };
 }
 
@@ -148,6 +153,9 @@ configureInterface(MachineInterface, {
     Annotations: 'a{ss}',
     Spec: 's',
     ResourceVersion: 't',
+    HostShutdownAction: 's',
+    ShutdownPriority: 'u',
+    StartPriority: 'u',
   },
   methods: {
     Delete: { args: [] },

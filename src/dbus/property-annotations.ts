@@ -9,7 +9,8 @@ export type EmitsChangedSignal = 'true' | 'invalidates' | 'const' | 'false';
 /** The properties that never change; every other one is announced with its value (SnapshotInterface.setValues). */
 const CONSTANT_PROPERTIES: Record<string, readonly string[]> = {
   // Set when the record is created; the domain is always defined from them again.
-  'org.vmkeeper1.Machine': ['Name', 'Uuid', 'DomainName', 'CreatedAt'],
+  // The spec's lifecycle settings too: a spec does not change once the machine exists.
+  'org.vmkeeper1.Machine': ['Name', 'Uuid', 'DomainName', 'CreatedAt', 'HostShutdownAction', 'ShutdownPriority', 'StartPriority'],
   // Fixed for the life of the process: a configuration reload does not change them.
   'org.vmkeeper1.Manager': ['Version', 'LibvirtUri'],
 };

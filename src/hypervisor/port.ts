@@ -64,6 +64,14 @@ export interface Hypervisor {
   destroyDomain(name: string): Promise<void>;
   /** Removes the definition. Not found counts as done. */
   undefineDomain(name: string): Promise<void>;
+  /**
+   * Saves a running guest's memory to file and stops the domain, which stays defined (libvirt's
+   * virDomainSave). Bounded by timeoutMs rather than the usual call timeout: a large guest takes
+   * long. libvirt marks a file finished only at the end, so a cut-off save is never restored.
+   */
+  saveDomain(name: string, file: string, timeoutMs: number): Promise<void>;
+  /** Starts a defined domain from a file saveDomain wrote: the guest resumes where it was. */
+  restoreDomain(file: string, timeoutMs: number): Promise<void>;
   /** One domain's state, fresh from libvirt; undefined when not found. */
   domainState(name: string): Promise<DomainRunState | undefined>;
   /** The live definition's UUID and vmkeeper mark, for adoption checks (is this domain ours?). Undefined when not found. */

@@ -5,6 +5,12 @@ import path from 'node:path';
 export const machineDataDir = (stateDir: string, name: string) => path.join(stateDir, 'guests', name);
 export const diskFile = (stateDir: string, name: string, disk: string) => path.join(machineDataDir(stateDir, name), `disk-${disk}.qcow2`);
 export const serialLogFile = (stateDir: string, name: string) => path.join(machineDataDir(stateDir, name), 'serial.log');
+/** The guest's memory, written by libvirt at a "save" host shutdown or drain, read back at restore. */
+export const savedStateFile = (stateDir: string, name: string) => path.join(machineDataDir(stateDir, name), 'saved-state');
+/** One JSON file per host shutdown or drain: what happened to each machine (docs/operations.md). */
+export const shutdownRecordsDir = (stateDir: string) => path.join(stateDir, 'shutdowns');
+/** Whether the host is drained, kept across restarts of the agent. */
+export const drainStateFile = (stateDir: string) => path.join(stateDir, 'drain.json');
 export const recordsDir = (stateDir: string) => path.join(stateDir, 'machines');
 export const eventsDir = (stateDir: string) => path.join(stateDir, 'events');
 /** Write-ahead journal of record changes; outside machines/ so readers of records never see it. */

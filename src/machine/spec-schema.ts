@@ -17,6 +17,9 @@ export interface SpecLimits {
 const MAX_DISKS = 16;
 const MAX_NICS = 16;
 const MAX_GRACE_SEC = 24 * 3600;
+/** Shutdown and start priorities: 0 (the default, last to stop and to start) to this. */
+export const MAX_PRIORITY = 1000;
+export const HOST_SHUTDOWN_ACTIONS = ['shutdown', 'save', 'force'] as const;
 const DEVICE_NAME = /^[a-z][a-z0-9_-]{0,31}$/;
 const NET_NAME = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$/;
 
@@ -71,6 +74,12 @@ export function machineSpecSchema(limits: SpecLimits) {
       gracePeriodSec: v.optional(integerIn(0, MAX_GRACE_SEC)),
       /** Absent means "always": restart with backoff (docs/operations.md). */
       restartPolicy: v.optional(oneOf(['always', 'never'])),
+      /** At host shutdown and drain; absent means "shutdown" (docs/operations.md, "Host lifecycle"). */
+      hostShutdownAction: v.optional(oneOf(HOST_SHUTDOWN_ACTIONS)),
+      /** Higher stops first at host shutdown and drain; absent means 0. */
+      shutdownPriority: v.optional(integerIn(0, MAX_PRIORITY)),
+      /** Higher starts first when guests are restored after boot or undrain; absent means 0. */
+      startPriority: v.optional(integerIn(0, MAX_PRIORITY)),
     }),
     v.rawCheck(({ dataset, addIssue }) => {
       if (!dataset.typed || dataset.value.boot !== undefined || dataset.value.disks.length > 0) return;

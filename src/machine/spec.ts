@@ -5,6 +5,7 @@ import { machineSpecSchema, powerSchema, type SpecLimits } from './spec-schema.j
 
 export { parseAnnotations } from './annotations.js';
 export type { SpecLimits } from './spec-schema.js';
+export { HOST_SHUTDOWN_ACTIONS, MAX_PRIORITY } from './spec-schema.js';
 
 // Machine spec, version 1 (docs/dbus-api.md): its types, from the schema in spec-schema.ts, and the
 // two ways in (JSON text from a caller, a parsed object from a stored record).
@@ -13,6 +14,8 @@ export type MachineSpec = v.InferOutput<ReturnType<typeof machineSpecSchema>>;
 export type PowerState = MachineSpec['power'];
 /** What the agent does when a machine whose power is "on" stops without being asked to. */
 export type RestartPolicy = NonNullable<MachineSpec['restartPolicy']>;
+/** What host shutdown and drain do with a running guest: ACPI shutdown, save its memory, or destroy. */
+export type HostShutdownAction = NonNullable<MachineSpec['hostShutdownAction']>;
 export type BootSpec = NonNullable<MachineSpec['boot']>;
 export type DiskSpec = MachineSpec['disks'][number];
 export type NicSpec = MachineSpec['nics'][number];
@@ -60,4 +63,17 @@ export function validateMachineSpec(raw: unknown, limits: SpecLimits): MachineSp
   const result = validate(schemaFor(limits), raw);
   if (result.ok) return result.value;
   throw invalidSpec(result.problem.keyPath.length > 0 ? dottedPath(result.problem) : '(spec)', result.problem.why);
+}
+
+/** The lifecycle settings of a spec with their defaults filled in. */
+export function lifecycleOf(spec: Pick<MachineSpec, 'hostShutdownAction' | 'shutdownPriority' | 'startPriority'>): {
+  hostShutdownAction: HostShutdownAction;
+  shutdownPriority: number;
+  startPriority: number;
+} {
+  return {
+    hostShutdownAction: spec.hostShutdownAction ?? 'shutdown',
+    shutdownPriority: spec.shutdownPriority ?? 0,
+    startPriority: spec.startPriority ?? 0,
+  };
 }

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { rm } from 'node:fs/promises';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { DomainDescription, Hypervisor } from '../../src/hypervisor/port.js';
 import { domainNameFor } from '../../src/machine/names.js';
@@ -125,6 +126,29 @@ export function runHypervisorContract(name: string, makeHypervisor: () => Promis
       await hv.defineDomain(def);
       await hv.defineDomain({ ...def, machineName: 'second' });
       expect(await hv.domainIdentity(def.domainName)).toEqual({ uuid: def.uuid, machineName: 'second' });
+    });
+    it('saves a running guest to a file (domain off, still defined) and restores it from there', async () => {
+      const def = descriptionFor('saved');
+      await hv.defineDomain(def);
+      await hv.startDomain(def.domainName);
+      const file = `/tmp/vmkeeper-contract-saved-${randomUUID()}.state`;
+      try {
+        await hv.saveDomain(def.domainName, file, 10_000);
+        expect(await stateOf(def.domainName)).toBe('shutoff');
+        await hv.restoreDomain(file, 10_000);
+        expect(await stateOf(def.domainName)).toBe('running');
+      } finally {
+        await rm(file, { force: true });
+      }
+    });
+
+    it('refuses to save a shut-off domain and to restore from a file that holds no saved state', async () => {
+      const def = descriptionFor('unsaved');
+      await hv.defineDomain(def);
+      const file = `/tmp/vmkeeper-contract-unsaved-${randomUUID()}.state`;
+      await expect(hv.saveDomain(def.domainName, file, 10_000)).rejects.toThrow();
+      await expect(hv.restoreDomain(file, 10_000)).rejects.toThrow();
+      expect(await stateOf(def.domainName)).toBe('shutoff');
     });
   });
 }

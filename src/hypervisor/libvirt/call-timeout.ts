@@ -54,8 +54,10 @@ export class BoundedCalls {
     return this.stuckCalls;
   }
 
-  run<T>(op: string, call: () => Promise<T>): Promise<T> {
-    const { clock, callTimeoutMs, queueTimeoutMs } = this.o;
+  /** timeoutMs: this call's own limit for libvirt's answer (a save), instead of callTimeoutMs. */
+  run<T>(op: string, call: () => Promise<T>, timeoutMs?: number): Promise<T> {
+    const { clock, queueTimeoutMs } = this.o;
+    const callTimeoutMs = timeoutMs ?? this.o.callTimeoutMs;
     // Boxed: a promise resolved with a bare promise would wait for it.
     const issued = new Promise<{ answer: Promise<T> }>((resolve, reject) => {
       let gaveUp = false;

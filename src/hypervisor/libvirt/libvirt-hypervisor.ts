@@ -154,6 +154,16 @@ export class LibvirtHypervisor implements Hypervisor {
     if (domain) await this.ignoring(NOT_RUNNING, `destroy(${name})`, () => domain.destroy());
   }
 
+  async saveDomain(name: string, file: string, timeoutMs: number): Promise<void> {
+    const domain = await this.lookup(name);
+    if (!domain) throw new Error(`libvirt save(${name}): Domain not found`);
+    await this.call(`save(${name})`, () => domain.save(file), timeoutMs);
+  }
+
+  async restoreDomain(file: string, timeoutMs: number): Promise<void> {
+    await this.call('domainRestore', (n) => n.domainRestore(file), timeoutMs);
+  }
+
   async undefineDomain(name: string): Promise<void> {
     const domain = await this.lookup(name);
     if (domain) await this.ignoring(undefined, `undefine(${name})`, () => domain.undefine());
@@ -240,11 +250,11 @@ export class LibvirtHypervisor implements Hypervisor {
   }
 
   /** One native call under the timeout; lost connections become HypervisorUnavailable. */
-  private async call<T>(op: string, fn: (native: NativeHypervisor) => Promise<T>): Promise<T> {
+  private async call<T>(op: string, fn: (native: NativeHypervisor) => Promise<T>, timeoutMs?: number): Promise<T> {
     this.refuseWhileStuck(op);
     const native = await this.connection();
     try {
-      return await this.calls.run(op, () => fn(native));
+      return await this.calls.run(op, () => fn(native), timeoutMs);
     } catch (err) {
       if (err instanceof CallTimeoutError) {
         this.markBroken(native, err.message, false);

@@ -20,7 +20,9 @@ export type FakeHypervisorOp =
   | 'destroyDomain'
   | 'undefineDomain'
   | 'domainState'
-  | 'domainIdentity';
+  | 'domainIdentity'
+  | 'saveDomain'
+  | 'restoreDomain';
 
 export interface FakeHypervisorOptions {
   uri?: string;
@@ -213,6 +215,31 @@ export class FakeHypervisor implements Hypervisor {
       return new Promise<void>((resolve) => domain.hungDestroys.push(resolve));
     }
     this.stopped(domain);
+  }
+
+  /** Files saveDomain wrote, by path: the domain whose memory each holds. */
+  readonly savedStates = new Map<string, string>();
+
+  async saveDomain(name: string, file: string): Promise<void> {
+    await this.enter('saveDomain', name);
+    const domain = this.domains.get(name);
+    if (!domain) throw notFound(name);
+    if (domain.state === 'shutoff' || domain.state === 'crashed') throw new Error(`Requested operation is not valid: domain is not running`);
+    if (this.behaviourOf(domain) === 'hang') {
+      return new Promise<void>((resolve) => domain.hungDestroys.push(resolve));
+    }
+    this.savedStates.set(file, name);
+    this.stopped(domain);
+  }
+
+  async restoreDomain(file: string): Promise<void> {
+    await this.enter('restoreDomain', file);
+    const name = this.savedStates.get(file);
+    if (name === undefined) throw new Error(`operation failed: cannot open saved state ${file}`);
+    const domain = this.domains.get(name);
+    if (!domain) throw notFound(name);
+    if (domain.state !== 'shutoff' && domain.state !== 'crashed') throw new Error(`operation failed: domain '${name}' is already active`);
+    domain.state = 'running';
   }
 
   async undefineDomain(name: string): Promise<void> {

@@ -59,7 +59,7 @@ describe('loadConfig: file errors name file:line: key', () => {
     {
       name: 'unknown top-level key',
       yaml: 'bus: system\nbsu: session\n',
-      message: `${FILE}:2: bsu: unknown key (expected one of: bus, libvirt, stateDir, imageDirectories, defaultDomainType, authorization, machines, hostShutdown, events, log)`,
+      message: `${FILE}:2: bsu: unknown key (expected one of: bus, libvirt, stateDir, imageDirectories, defaultDomainType, authorization, machines, hostShutdown, restore, events, log)`,
     },
     {
       name: 'unknown nested key',

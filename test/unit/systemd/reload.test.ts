@@ -23,7 +23,7 @@ describe('config reload', () => {
     const held = live.hostShutdown;
     const next = defaultConfig();
     next.log.level = 'error';
-    next.hostShutdown = { action: 'leave', timeoutSec: 9, parallelism: 2, onServiceStop: 'shutdown' };
+    next.hostShutdown = { action: 'leave', timeoutSec: 9, parallelism: 2, onServiceStop: 'shutdown', groups: [{ minPriority: 0, budgetSec: 9 }] };
     next.machines.sweepIntervalSec = 99;
     applyRuntimeKeys(live, next);
     expect(live.log.level).toBe('error');
