@@ -20,6 +20,7 @@ import { DomainObserver } from './domains/domain-observer.js';
 import { DomainProvisioner } from './domains/domain-provisioner.js';
 import { DomainOwnership } from './domains/domain-ownership.js';
 import { Reconciler } from './reconciler/reconciler.js';
+import { StartGate } from './reconciler/start-gate.js';
 import { Sweeper } from './sweeper/sweeper.js';
 
 export const AGENT_VERSION = VERSION;
@@ -48,6 +49,8 @@ export class Agent {
   readonly journal: EventJournal;
   /** Which domains under our names are really ours; shared by every part that acts on domains. */
   readonly ownership: DomainOwnership;
+  /** Held while the host is drained: the reconciler starts no guest (reconciler/start-gate.ts). */
+  readonly startGate = new StartGate();
   private readonly logger: Logger;
 
   constructor(private readonly parts: AgentParts) {
