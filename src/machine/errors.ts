@@ -16,7 +16,8 @@ export type AgentErrorKind =
   | 'InvalidArgument'
   | 'Conflict'
   | 'EventsExpired'
-  | 'AccessDenied';
+  | 'AccessDenied'
+  | 'NoSuchShutdownRecord';
 
 export class AgentError extends Error {
   readonly kind: AgentErrorKind;
@@ -44,6 +45,8 @@ export const machineTerminating = (name: string) =>
   new AgentError('MachineTerminating', `machine "${name}" is being deleted`);
 export const conflict = (name: string, current: number, expected: number) =>
   new AgentError('Conflict', `machine "${name}" is at version ${current}, not the expected ${expected}`);
+export const noSuchShutdownRecord = (id: string) =>
+  new AgentError('NoSuchShutdownRecord', `no shutdown record with id ${JSON.stringify(id.length > 64 ? `${id.slice(0, 64)}...` : id)}`);
 export const shuttingDown = () => new AgentError('ShuttingDown', 'the agent is shutting down and accepts no new work');
 
 export function isAgentError(err: unknown, kind?: AgentErrorKind): err is AgentError {
