@@ -6,9 +6,10 @@ import { describeError } from '../machine/errors.js';
 import { MACHINE_PATH_PREFIX, MANAGER_PATH, machineObjectPath } from '../machine/names.js';
 import type { MachineRecord } from '../machine/record.js';
 import type { AgentEvent, MachineApi, MachineApiEvents, ManagerInfo } from '../service/api.js';
+import type { HostApi } from '../drain/host-api.js';
 import { LIST_SIGNATURE, MACHINE_INTERFACE, MANAGED_OBJECTS_SIGNATURE, MachineInterface } from './machine-interface.js';
 import { MarshalledArray } from './marshalled.js';
-import { MANAGER_INTERFACE, ManagerInterface, managerProperties, type MachineDirectory } from './manager-interface.js';
+import { MANAGER_INTERFACE, ManagerInterface, type MachineDirectory } from './manager-interface.js';
 import { filterInbound, type InboundJudge } from './inbound-filter.js';
 import { inboundJudge, methodSignatures } from './inbound-policy.js';
 import { authorizationGate, dbusNextDispatch, type MethodHandler } from './authorization/authorization-gate.js';
@@ -33,11 +34,14 @@ export interface DBusServiceOptions {
   busName?: string;
   /** Asked before every mutating call; without it the bus policy alone guards them. */
   authorizer?: CallerAuthorizer;
+  /** Drain and the shutdown records; without it those members answer NotSupported. */
+  host?: HostApi;
 }
 
 export class DBusService {
   private readonly bus: MessageBus;
   private readonly api: MachineApi;
+  private readonly host: HostApi | undefined;
   private readonly logger: Logger;
   private readonly busName: string;
   private readonly manager: ManagerInterface;
@@ -71,6 +75,7 @@ export class DBusService {
   constructor(options: DBusServiceOptions) {
     this.bus = options.bus;
     this.api = options.api;
+    this.host = options.host;
     this.logger = options.logger;
     this.busName = options.busName ?? BUS_NAME;
     // Without a listener, a reply written after disconnect raises an unhandled 'error' and kills us.
@@ -84,7 +89,7 @@ export class DBusService {
       const authorizer = rootFirst(options.authorizer, (sender) => this.callers.uidOf(sender), this.logger);
       this.authorizationGate = authorizationGate(this.bus, authorizer, this.logger, dispatch);
     }
-    this.manager = new ManagerInterface(this.api, this.directory, this.callers);
+    this.manager = new ManagerInterface(this.api, this.directory, this.callers, this.host);
     this.objectManager = new ObjectManagerInterface(() => this.managedObjects());
   }
 
@@ -98,7 +103,7 @@ export class DBusService {
     this.subscribe();
     this.bus.export(MANAGER_PATH, this.manager);
     this.bus.export(MANAGER_PATH, this.objectManager);
-    this.manager.setValues(managerProperties(this.api.info()), false);
+    this.manager.setValues(this.manager.currentProperties(), false);
     for (const record of this.api.list()) this.exportMachine(record, false);
     try {
       await this.callers.start();
@@ -148,9 +153,10 @@ export class DBusService {
   private readonly onRemoved = (record: MachineRecord) => this.guard('machineRemoved', () => this.unexportMachine(record.name));
   private readonly onEvent = (event: AgentEvent) => this.guard('event', () => this.manager.MachineEvent(event));
   private readonly onJournaled = (event: AgentEvent) => this.guard('eventJournaled', () => this.manager.EventRecorded(event));
+  private readonly onDrainState = () => this.guard('drainState', () => this.manager.setValues(this.manager.currentProperties()));
   private readonly onInfo = (info: ManagerInfo) =>
     this.guard('infoChanged', () => {
-      this.manager.setValues(managerProperties(info));
+      this.manager.setValues(this.manager.currentProperties());
       // The agent default feeds each machine's GracePeriodSec.
       for (const iface of this.machines.values()) {
         const record = this.tryGet(iface.machineName);
@@ -172,10 +178,12 @@ export class DBusService {
 
   private subscribe(): void {
     for (const [event, fn] of this.listeners()) this.api.on(event, fn as MachineApiEvents[typeof event]);
+    this.host?.onDrainState(this.onDrainState);
   }
 
   private unsubscribe(): void {
     for (const [event, fn] of this.listeners()) this.api.off(event, fn as MachineApiEvents[typeof event]);
+    this.host?.offDrainState(this.onDrainState);
   }
 
   /** A failure to publish must never propagate into the api's emitter. */

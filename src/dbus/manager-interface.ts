@@ -2,6 +2,10 @@ import { copyAnnotations } from '../machine/annotations.js';
 import { describeRecord } from '../machine/describe.js';
 import { machineObjectPath } from '../machine/names.js';
 import type { AgentEvent, MachineApi, ManagerInfo } from '../service/api.js';
+import type { HostApi } from '../drain/host-api.js';
+import type { DrainState } from '../drain/drain-controller.js';
+import type { ShutdownRecord } from '../hostshutdown/stop-procedure.js';
+import { AgentError } from '../machine/errors.js';
 import { mapErrors } from './errors.js';
 import type { CallerIdentity } from './caller-identity.js';
 import { JOURNAL_METHODS, JOURNAL_SIGNALS, MAX_EVENTS_PAGE, asCaller, cursorOf, eventPageBody, machineFilter, sequencedEventBody } from './journal-members.js';
@@ -14,7 +18,7 @@ import { SnapshotInterface, configureInterface, uint32, usec, type PropertyValue
 
 export const MANAGER_INTERFACE = 'org.vmkeeper1.Manager';
 
-export function managerProperties(info: ManagerInfo): PropertyValues {
+export function managerProperties(info: ManagerInfo, drainState: DrainState): PropertyValues {
   return {
     Version: info.version,
     State: info.state,
@@ -24,8 +28,17 @@ export function managerProperties(info: ManagerInfo): PropertyValues {
     SweepIntervalSec: uint32(info.sweepIntervalSec),
     ShutdownRetryIntervalSec: uint32(info.shutdownRetryIntervalSec),
     HostShutdownTimeoutSec: uint32(info.hostShutdownTimeoutSec),
+    DrainState: drainState,
   };
 }
+
+/** ListShutdownRecords' row: (id, kind, result, startedAt usec, finishedAt usec). */
+export function shutdownRecordRow(r: ShutdownRecord): [string, string, string, bigint, bigint] {
+  return [r.id, r.kind, r.result, usec(r.startedAt), usec(r.finishedAt)];
+}
+
+/** An agent built without the host parts (some tests) still answers these members, by name. */
+const noHost = () => new AgentError('NotSupported', 'this agent has no drain or shutdown records');
 
 export function eventBody(e: AgentEvent): [bigint, string, string, string, string] {
   return [usec(e.timestamp), e.machine, e.type, e.reason, e.message];
@@ -46,9 +59,16 @@ export class ManagerInterface extends SnapshotInterface {
     private readonly directory?: MachineDirectory,
     /** Who calls; without it events name no caller. */
     private readonly callers?: CallerIdentity,
+    /** Drain and the shutdown records; without it they answer NotSupported and DrainState is "none". */
+    private readonly host?: HostApi,
   ) {
     super(MANAGER_INTERFACE);
-    this.setValues(managerProperties(api.info()), false);
+    this.setValues(this.currentProperties(), false);
+  }
+
+  /** Every property's value now: the api's info and the drain state. */
+  currentProperties(): PropertyValues {
+    return managerProperties(this.api.info(), this.host?.drainState() ?? 'none');
   }
 
   CreateMachine(name: string, spec: string): Promise<string> {
@@ -103,6 +123,27 @@ export class ManagerInterface extends SnapshotInterface {
     return asCaller(this.callers, (o) => this.api.setAnnotations(name, copyAnnotations(annotations), o), expected);
   }
 
+  Drain(): Promise<void> {
+    return asCaller(this.callers, (o) => this.requireHost().drain(o));
+  }
+
+  Undrain(): Promise<void> {
+    return asCaller(this.callers, (o) => this.requireHost().undrain(o));
+  }
+
+  ListShutdownRecords(): Promise<[string, string, string, bigint, bigint][]> {
+    return mapErrors(() => (this.host?.shutdownRecords() ?? []).map(shutdownRecordRow));
+  }
+
+  DescribeShutdownRecord(id: string): Promise<string> {
+    return mapErrors(() => JSON.stringify(this.requireHost().shutdownRecord(id), null, 2));
+  }
+
+  private requireHost(): HostApi {
+    if (!this.host) throw noHost();
+    return this.host;
+  }
+
   ListEventsSince(after: bigint, machine: string): Promise<ReturnType<typeof eventPageBody>> {
     return mapErrors(() => eventPageBody(this.api.eventsSince(cursorOf(after), machineFilter(machine), MAX_EVENTS_PAGE)));
   }
@@ -138,6 +179,7 @@ configureInterface(ManagerInterface, {
     SweepIntervalSec: 'u',
     ShutdownRetryIntervalSec: 'u',
     HostShutdownTimeoutSec: 'u',
+    DrainState: 's',
   },
   methods: {
     CreateMachine: { in: 'ss', out: 'o', args: ['name', 'spec', 'path'] },
@@ -151,6 +193,10 @@ configureInterface(ManagerInterface, {
     SetMachineAnnotations: { in: 'sa{ss}', args: ['name', 'annotations'] },
     ListEvents: { out: 'a(tssss)', args: ['events'] },
     ...JOURNAL_METHODS,
+    Drain: { args: [] },
+    Undrain: { args: [] },
+    ListShutdownRecords: { out: 'a(ssstt)', args: ['records'] },
+    DescribeShutdownRecord: { in: 's', out: 's', args: ['id', 'json'] },
   },
   signals: {
     MachineNew: { signature: 'so', args: ['name', 'path'] },

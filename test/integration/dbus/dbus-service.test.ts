@@ -105,6 +105,7 @@ describe('DBusService on a private session-like bus', () => {
         SweepIntervalSec: { type: 'u', data: 5 },
         ShutdownRetryIntervalSec: { type: 'u', data: 10 },
         HostShutdownTimeoutSec: { type: 'u', data: 120 },
+        DrainState: { type: 's', data: 'none' },
       },
     ]);
     expect(await prop(ROOT, MANAGER, 'Version')).toBe(VERSION);

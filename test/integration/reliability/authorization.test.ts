@@ -35,6 +35,9 @@ const MUTATING: Case[] = [
   { path: machinePath, member: `${MACHINE}.DeleteWithGracePeriod`, args: () => ['uint32:0'] },
   { path: machinePath, member: `${MACHINE}.Delete`, args: () => [] },
   { path: machinePath, member: `${PROPS}.Set`, args: () => [`string:${MACHINE}`, 'string:Power', 'variant:string:on'] },
+  // Last: a drain stops every machine, and the undrain after it lets them start again.
+  { path: () => MANAGER, member: `${M}.Drain`, args: () => [] },
+  { path: () => MANAGER, member: `${M}.Undrain`, args: () => [] },
 ];
 
 const READS: Case[] = [
@@ -44,6 +47,7 @@ const READS: Case[] = [
   { path: () => MANAGER, member: `${M}.ListEvents`, args: () => [] },
   { path: () => MANAGER, member: `${M}.ListEventsSince`, args: () => ['uint64:0', 'string:'] },
   { path: () => MANAGER, member: `${M}.DescribeMachineStructured`, args: (n) => [`string:${n}`] },
+  { path: () => MANAGER, member: `${M}.ListShutdownRecords`, args: () => [] },
   { path: () => MANAGER, member: 'org.freedesktop.DBus.ObjectManager.GetManagedObjects', args: () => [] },
   { path: () => MANAGER, member: `${PROPS}.GetAll`, args: () => [`string:${M}`] },
   { path: () => MANAGER, member: `${PROPS}.Get`, args: () => [`string:${M}`, 'string:State'] },

@@ -50,6 +50,8 @@ const MUTATIONS: Mutation[] = [
   { action: 'org.vmkeeper1.set-power', path: machinePath, member: `${MACHINE}.SetPower`, args: () => ['string:on'] },
   { action: 'org.vmkeeper1.set-annotations', path: () => MANAGER, member: `${M}.SetMachineAnnotations`, args: (n) => [`string:${n}`, 'dict:string:string:owner,intruder'] },
   { action: 'org.vmkeeper1.set-annotations', path: () => MANAGER, member: `${M}.SetMachineAnnotationsIfVersion`, args: (n) => [`string:${n}`, 'dict:string:string:owner,intruder', 'uint64:0'] },
+  { action: 'org.vmkeeper1.drain', path: () => MANAGER, member: `${M}.Drain`, args: () => [] },
+  { action: 'org.vmkeeper1.drain', path: () => MANAGER, member: `${M}.Undrain`, args: () => [] },
 ];
 
 type EventRow = [number, number, string, string, string, string, string, string];
@@ -102,7 +104,7 @@ describe.skipIf(unavailable !== undefined)(`polkit decides each mutating action 
     if (files) await rm(files, { recursive: true, force: true });
   });
 
-  it('polkitd registered the four shipped actions with their defaults', async () => {
+  it('polkitd registered the shipped actions with their defaults', async () => {
     for (const action of new Set(MUTATIONS.map((c) => c.action))) {
       const { stdout } = await promisify(execFile)('pkaction', ['--action-id', action, '--verbose'], { env: { ...process.env, DBUS_SYSTEM_BUS_ADDRESS: rig.bus.address } });
       expect(stdout, action).toMatch(/implicit any:\s+no\n/);
@@ -135,7 +137,7 @@ describe.skipIf(unavailable !== undefined)(`polkit decides each mutating action 
     const ctl = await run(process.execPath, ['--import', 'tsx', path.join(PROJECT_ROOT, 'src/ctl/main.ts'), '--bus', rig.bus.address, 'annotate', 'target', 'owner=intruder'], { as: NOBODY, timeoutMs: 60_000 });
     expect(ctl.code).toBe(5);
     expect(ctl.stderr).toBe('vmkeeperctl: access denied by polkit: not authorized for org.vmkeeper1.set-annotations\n');
-    for (const read of ['ListMachines', 'ListEvents']) expect((await manager(read, [], NOBODY)).ok, read).toBe(true);
+    for (const read of ['ListMachines', 'ListEvents', 'ListShutdownRecords']) expect((await manager(read, [], NOBODY)).ok, read).toBe(true);
     expect((await manager('DescribeMachine', ['string:target'], NOBODY)).ok).toBe(true);
   }, 90_000);
 

@@ -13,7 +13,7 @@ import type { AgentState } from '../../../src/service/api.js';
 import { nodeStoreFs, type StoreFs } from '../../../src/store/store-fs.js';
 import { FakeClock } from '../../support/fakes/fake-clock.js';
 import { waitFor } from '../../support/wait.js';
-import { FakeStopProcedure, machineResult } from './fake-stop-procedure.js';
+import { FakeStopProcedure, machineResult } from '../../support/fakes/fake-stop-procedure.js';
 
 class FakeAgentState implements AgentStateSource {
   private readonly emitter = new TypedEmitter<{ infoChanged: (info: { state: AgentState }) => void }>();

@@ -13,6 +13,8 @@ const READS = new Set([
   'org.vmkeeper1.Manager.DescribeMachineStructured',
   'org.vmkeeper1.Manager.ListEvents',
   'org.vmkeeper1.Manager.ListEventsSince',
+  'org.vmkeeper1.Manager.ListShutdownRecords',
+  'org.vmkeeper1.Manager.DescribeShutdownRecord',
   'org.vmkeeper1.Machine.Describe',
   'org.vmkeeper1.Machine.DescribeStructured',
 ]);
@@ -33,6 +35,11 @@ describe('actionFor', () => {
     expect(actionFor(MANAGER_INTERFACE, 'SetMachinePowerIfVersion')).toBe(actionFor(MANAGER_INTERFACE, 'SetMachinePower'));
     expect(actionFor(MANAGER_INTERFACE, 'DeleteMachineIfVersion')).toBe(actionFor(MANAGER_INTERFACE, 'DeleteMachine'));
     expect(actionFor(MANAGER_INTERFACE, 'SetMachineAnnotationsIfVersion')).toBe(actionFor(MANAGER_INTERFACE, 'SetMachineAnnotations'));
+  });
+
+  it('Drain and Undrain need the drain action', () => {
+    expect(actionFor(MANAGER_INTERFACE, 'Drain')).toBe('org.vmkeeper1.drain');
+    expect(actionFor(MANAGER_INTERFACE, 'Undrain')).toBe('org.vmkeeper1.drain');
   });
 
   it('knows nothing of members we do not serve, nor of inherited object keys', () => {

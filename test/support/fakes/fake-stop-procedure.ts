@@ -1,5 +1,5 @@
 import type { ShutdownRecord, StopProcedure, StopRunOptions } from '../../../src/hostshutdown/stop-procedure.js';
-import { deferred } from '../../support/deferred.js';
+import { deferred } from '../deferred.js';
 
 /** One run the test finishes by hand; an abort ends it at once as "cancelled", as the real one does. */
 export interface FakeRun {
