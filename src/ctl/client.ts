@@ -1,9 +1,9 @@
 import { Message, MessageType, type MessageBus } from 'dbus-next';
 import { connectBus, onBusLost } from '../dbus/bus-address.js';
 import { MANAGER_PATH } from '../machine/names.js';
-import { eventFromTuple, machineFromProperties, sequencedEventFromTuple, managerFromProperties, partialMachine } from './dbus-values.js';
+import { eventFromTuple, machineFromProperties, sequencedEventFromTuple, managerFromProperties, partialMachine, shutdownRecordFromTuple } from './dbus-values.js';
 import { CtlError, ExitCode, firstLine } from './errors.js';
-import type { AgentEvent, AgentSignal, EventPage, MachineInfo, ManagerInfo, Subscription, VmkeeperClient } from './model.js';
+import type { AgentEvent, AgentSignal, EventPage, MachineInfo, ManagerInfo, ShutdownRecordSummary, Subscription, VmkeeperClient } from './model.js';
 
 // The CLI's only way to the agent: org.vmkeeper1 over D-Bus (low-level dbus-next messages, so no
 // introspection round trip and no proxy objects).
@@ -101,6 +101,23 @@ export class DBusClient implements VmkeeperClient {
   async managerInfo(): Promise<ManagerInfo> {
     const [props] = (await this.call(MANAGER_PATH, PROPERTIES, 'GetAll', 's', [MANAGER_INTERFACE])) as [Record<string, unknown>];
     return managerFromProperties(props);
+  }
+
+  async drain(): Promise<void> {
+    await this.manager('Drain');
+  }
+
+  async undrain(): Promise<void> {
+    await this.manager('Undrain');
+  }
+
+  async listShutdownRecords(): Promise<ShutdownRecordSummary[]> {
+    const [rows] = (await this.manager('ListShutdownRecords')) as [unknown[][]];
+    return (rows ?? []).map(shutdownRecordFromTuple);
+  }
+
+  async describeShutdownRecord(id: string): Promise<string> {
+    return ((await this.manager('DescribeShutdownRecord', 's', [id])) as [string])[0];
   }
 
   async subscribe(listener: (signal: AgentSignal) => void): Promise<Subscription> {

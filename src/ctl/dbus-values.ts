@@ -1,4 +1,4 @@
-import type { AgentEvent, MachineInfo, ManagerInfo } from './model.js';
+import type { AgentEvent, MachineInfo, ManagerInfo, ShutdownRecordSummary } from './model.js';
 
 // D-Bus values (Variants, bigint usec) -> the plain model. Pure, so it is unit-tested directly.
 
@@ -80,7 +80,13 @@ export function managerFromProperties(props: Props): ManagerInfo {
     sweepIntervalSec: num(v.SweepIntervalSec),
     shutdownRetryIntervalSec: num(v.ShutdownRetryIntervalSec),
     hostShutdownTimeoutSec: num(v.HostShutdownTimeoutSec),
+    drainState: str(v.DrainState),
   };
+}
+
+/** One (ssstt) row of ListShutdownRecords. */
+export function shutdownRecordFromTuple(t: readonly unknown[]): ShutdownRecordSummary {
+  return { id: str(t[0]), kind: str(t[1]), result: str(t[2]), startedAt: usecToMs(t[3]), finishedAt: usecToMs(t[4]) };
 }
 
 /** One (tssss) tuple of ListEvents or a MachineEvent body. */

@@ -38,6 +38,8 @@ export function fromDBusError(name: string, text: string): CtlError {
   switch (name) {
     case `${VMKEEPER}NoSuchMachine`:
       return new CtlError(line || 'no such machine', ExitCode.NoSuchMachine);
+    case `${VMKEEPER}NoSuchShutdownRecord`:
+      return new CtlError(line || 'no such shutdown record', ExitCode.NoSuchMachine);
     case `${VMKEEPER}InvalidName`:
       return new CtlError(`invalid name: ${line}`, ExitCode.InvalidInput);
     case `${VMKEEPER}InvalidSpec`:

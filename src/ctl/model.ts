@@ -41,7 +41,27 @@ export interface EventPage {
 }
 
 /** The agent's own ManagerInfo as read off the bus: its state may be one this client does not know. */
-export type ManagerInfo = Omit<AgentManagerInfo, 'state'> & { state: string };
+export type ManagerInfo = Omit<AgentManagerInfo, 'state'> & {
+  state: string;
+  /** none | draining | drained; "" from an agent without drain. */
+  drainState: string;
+};
+
+/** One row of ListShutdownRecords (times in ms, 0 = not yet). */
+export interface ShutdownRecordSummary {
+  id: string;
+  kind: string;
+  result: string;
+  startedAt: number;
+  finishedAt: number;
+}
+
+/** DescribeShutdownRecord's JSON, as far as the CLI shows it (docs/dbus-api.md, "Shutdown records"). */
+export interface ShutdownRecordView extends ShutdownRecordSummary {
+  boundSec?: number;
+  groups?: Array<{ minPriority?: number; budgetSec?: number; startedAt?: number; finishedAt?: number }>;
+  machines?: Array<{ machine?: string; domain?: string; action?: string; priority?: number; group?: number; result?: string; afterMs?: number; detail?: string }>;
+}
 
 /** Signals the CLI follows, already decoded. */
 export type AgentSignal =
@@ -81,6 +101,14 @@ export interface VmkeeperClient {
   /** One page of journaled events after the cursor; machine undefined = all. */
   listEventsSince(after: number, machine?: string): Promise<EventPage>;
   managerInfo(): Promise<ManagerInfo>;
+  /** Drain: returns once the drain is persisted (idempotent). */
+  drain(): Promise<void>;
+  /** Undrain: cancels a drain under way or ends a drained state (idempotent). */
+  undrain(): Promise<void>;
+  /** Oldest first. */
+  listShutdownRecords(): Promise<ShutdownRecordSummary[]>;
+  /** The record as JSON text; NoSuchShutdownRecord for an unknown id. */
+  describeShutdownRecord(id: string): Promise<string>;
   /** Starts delivering signals; resolves once the bus has the match rules (so nothing is missed). */
   subscribe(listener: (signal: AgentSignal) => void): Promise<Subscription>;
   close(): void;

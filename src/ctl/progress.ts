@@ -29,7 +29,7 @@ const PHRASES: Record<string, string> = {
 
 export function describeEvent(e: AgentEvent): string {
   const phrase = PHRASES[e.reason] ?? e.reason;
-  return `${e.machine}: ${phrase}${e.message ? `: ${e.message}` : ''}`;
+  return `${e.machine || '(host)'}: ${phrase}${e.message ? `: ${e.message}` : ''}`;
 }
 
 export function statusLine(m: Pick<MachineInfo, 'name' | 'state' | 'forceStopAt'>, now: number): string {

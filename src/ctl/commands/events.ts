@@ -21,9 +21,14 @@ export function eventActor(e: AgentEvent): string {
   return e.uid ? `uid ${e.uid} ${e.call ?? ''}`.trim() : 'agent';
 }
 
+/** The MACHINE column: host-level events (drain, host shutdown) have no machine. */
+export function eventSubject(e: AgentEvent): string {
+  return e.machine === '' ? '(host)' : e.machine;
+}
+
 /** One followed event as a line with the same columns as the table. */
 export function eventLine(ctx: Pick<Context, 'io'>, e: AgentEvent): string {
-  const line = `${e.sequence ?? '-'}   ${formatTimestamp(e.timestamp)}   ${e.type.padEnd(7)}   ${e.machine}   ${e.reason}   ${eventActor(e)}   ${e.message}`;
+  const line = `${e.sequence ?? '-'}   ${formatTimestamp(e.timestamp)}   ${e.type.padEnd(7)}   ${eventSubject(e)}   ${e.reason}   ${eventActor(e)}   ${e.message}`;
   const fitted = ctx.io.columns !== undefined ? truncate(line, ctx.io.columns) : line;
   return e.type === 'warning' ? ctx.io.styles.yellow(fitted) : fitted;
 }
@@ -61,7 +66,7 @@ export const eventsCommand: Command = {
         ctx.io.out(
           formatTable(
             ['SEQ', 'TIME', 'TYPE', 'MACHINE', 'REASON', 'BY', 'MESSAGE'],
-            events.map((e) => [String(e.sequence ?? '-'), formatTimestamp(e.timestamp), { text: e.type, style: eventTypeStyle(ctx.io.styles, e.type) }, e.machine, e.reason, eventActor(e), e.message]),
+            events.map((e) => [String(e.sequence ?? '-'), formatTimestamp(e.timestamp), { text: e.type, style: eventTypeStyle(ctx.io.styles, e.type) }, eventSubject(e), e.reason, eventActor(e), e.message]),
             { maxWidth: ctx.io.columns },
           ),
         );

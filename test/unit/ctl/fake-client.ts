@@ -1,7 +1,7 @@
 import { DBusError } from 'dbus-next';
 import { machineFromProperties } from '../../../src/ctl/dbus-values.js';
 import { domainNameFor, machineObjectPath } from '../../../src/machine/names.js';
-import type { AgentEvent, AgentSignal, MachineInfo, ManagerInfo, Subscription, VmkeeperClient } from '../../../src/ctl/model.js';
+import type { AgentEvent, AgentSignal, MachineInfo, ManagerInfo, ShutdownRecordView, Subscription, VmkeeperClient } from '../../../src/ctl/model.js';
 
 // An in-memory VmkeeperClient: tests set machines, script what a call does, and emit signals.
 
@@ -37,7 +37,13 @@ export class FakeClient implements VmkeeperClient {
     sweepIntervalSec: 10,
     shutdownRetryIntervalSec: 5,
     hostShutdownTimeoutSec: 120,
+    drainState: 'none',
   };
+  /** What DescribeShutdownRecord knows, oldest first. */
+  shutdownRecords: ShutdownRecordView[] = [];
+  /** Runs inside Drain and Undrain, after they are recorded (e.g. to emit the run's events). */
+  onDrain: () => void | Promise<void> = () => {};
+  onUndrain: () => void | Promise<void> = () => {};
   /** Runs inside the mutating calls, after they are recorded: throw to fail them. */
   onDelete: (name: string, grace?: number) => void | Promise<void> = () => {};
   onPower: (name: string, power: 'on' | 'off') => void | Promise<void> = () => {};
@@ -155,6 +161,26 @@ export class FakeClient implements VmkeeperClient {
   async managerInfo() {
     this.check();
     return this.info;
+  }
+  async drain() {
+    this.check();
+    this.calls.push('drain');
+    await this.onDrain();
+  }
+  async undrain() {
+    this.check();
+    this.calls.push('undrain');
+    await this.onUndrain();
+  }
+  async listShutdownRecords() {
+    this.check();
+    return this.shutdownRecords.map(({ id, kind, result, startedAt, finishedAt }) => ({ id, kind, result, startedAt, finishedAt }));
+  }
+  async describeShutdownRecord(id: string) {
+    this.check();
+    const r = this.shutdownRecords.find((x) => x.id === id);
+    if (!r) throw new DBusError('org.vmkeeper1.Error.NoSuchShutdownRecord', `no shutdown record with id "${id}"`);
+    return JSON.stringify(r);
   }
   async subscribe(listener: (s: AgentSignal) => void): Promise<Subscription> {
     this.check();
