@@ -14,11 +14,24 @@ _vmkeeperctl_machines() {
         sed -n 's/^ *"name": "\([a-z0-9-]*\)",$/\1/p'
 }
 
+_vmkeeperctl_shutdowns() {
+    local -a bus=()
+    local i
+    for ((i = 1; i < ${#COMP_WORDS[@]} - 1; i++)); do
+        case ${COMP_WORDS[i]} in
+            --bus) bus=(--bus "${COMP_WORDS[i+1]}") ;;
+            --bus=*) bus=("${COMP_WORDS[i]}") ;;
+        esac
+    done
+    vmkeeperctl "${bus[@]}" --json shutdowns 2>/dev/null |
+        sed -n 's/^ *"id": "\([A-Za-z0-9-]*\)",$/\1/p'
+}
+
 _vmkeeperctl() {
     local cur prev words cword
     _init_completion -n = || return
 
-    local commands='list status create delete poweroff poweron events annotate version help'
+    local commands='list status create delete poweroff poweron events annotate drain undrain shutdowns version help'
     local global_opts='--bus --json --help'
 
     case $prev in
@@ -62,6 +75,7 @@ _vmkeeperctl() {
         delete) opts='--grace --wait --timeout' ;;
         poweroff | poweron) opts='--wait --timeout' ;;
         events) opts='-f --follow' ;;
+        drain) opts='--wait' ;;
     esac
 
     if [[ $cur == -* ]]; then
@@ -73,6 +87,11 @@ _vmkeeperctl() {
         status | delete | poweroff | poweron | annotate | events)
             if ((nargs == 0)); then
                 COMPREPLY=($(compgen -W "$(_vmkeeperctl_machines)" -- "$cur"))
+            fi
+            ;;
+        shutdowns)
+            if ((nargs == 0)); then
+                COMPREPLY=($(compgen -W "$(_vmkeeperctl_shutdowns)" -- "$cur"))
             fi
             ;;
         help)
