@@ -21,6 +21,11 @@ export const EVENT_MESSAGE_IDS: Readonly<Record<string, string>> = {
   ForceStopped: 'f510dac678996d2afd18ec2cd8b397f2',
   CleanupFailed: '15156d8998c200a1f63d36472ed82819',
   Deleted: '372f0ba464e1dc9c6588bd478e5f9dfe',
+  DrainStarted: 'c46428eb71d6fd79ee06d96553ffba1a',
+  DrainCompleted: '30575efaeda702b66e1fb3e74e22d8e6',
+  DrainCancelled: '458e4f2da827e1fdd35bcfb5b2fc52ae',
+  DrainFailed: '4452982d00e73cceb2168d6493ed72ba',
+  Undrained: '05bf4c4eb5c70d90ea8dc5e8ac454747',
 };
 
 /** The id of an event reason, or undefined for a reason the table does not list. */
