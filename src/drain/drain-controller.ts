@@ -105,11 +105,14 @@ export class DrainController {
 
   /**
    * Idempotent: nothing to do when the host is not drained. A drain under way is cancelled first
-   * (its run stops sending requests; the reply waits until it has stopped).
+   * (its run stops sending requests; the reply waits until it has stopped). ShuttingDown during a
+   * host shutdown or a stop of the agent.
    */
   undrain(actor?: Actor): Promise<void> {
     return this.serially(async () => {
       if (this.current === 'none') return;
+      // A host shutdown may be waiting on the drain's run: cancelling it would leave guests running.
+      if (isStopping(this.o.agent.info().state)) throw shuttingDown();
       const run = this.run;
       if (run) {
         run.abortedFor = 'undrain';
@@ -154,17 +157,24 @@ export class DrainController {
     this.o.events.record('warning', 'DrainFailed', `the drain's stop run failed (${describeError(err)}); the host stays draining: Drain again to retry, or Undrain`);
   }
 
-  /** A host shutdown or a stop of the agent takes over: the drain stays persisted and goes on after the restart. */
+  /**
+   * The agent stops (its libvirt connection closes next): the run is cancelled, and the drain,
+   * still persisted as draining, is finished after the restart. A host shutdown is not a reason:
+   * the stop procedure runs one run at a time, so a host shutdown during a drain joins the drain's
+   * run, which stops every guest by the same policy, within a bound that began earlier.
+   */
+  async stop(): Promise<void> {
+    const run = this.run;
+    if (!run) return;
+    run.abortedFor = 'agent-stop';
+    this.run = undefined;
+    run.abort.abort();
+    this.o.logger.info('the agent stops: the drain run is cancelled and goes on after the restart');
+    await run.promise.catch(() => undefined);
+  }
+
+  /** Libvirt watched after start-up, or a host shutdown called off: a pending drain runs now. */
   private onAgentState(state: AgentState): void {
-    if (isStopping(state) && this.run) {
-      const run = this.run;
-      run.abortedFor = 'agent-stop';
-      this.run = undefined;
-      run.abort.abort();
-      this.o.logger.info('the agent is stopping: the drain run is stopped here and goes on after the restart');
-      return;
-    }
-    // A host shutdown called off, or libvirt watched after start-up: a pending drain runs now.
     if (isReady(state)) void this.serially(async () => this.startRunIfReady());
   }
 

@@ -211,11 +211,24 @@ describe('Undrain', () => {
   });
 });
 
-describe('a host shutdown during a drain', () => {
-  it('aborts the run and leaves the drain persisted for after the reboot', async () => {
+describe('a host shutdown or a stop of the agent during a drain', () => {
+  it('a host shutdown leaves the run going (the host shutdown joins it); Undrain is ShuttingDown meanwhile', async () => {
     const t = setup();
     await t.controller.drain();
     t.agent.set('host-shutdown');
+    expect(t.stop.runs[0]!.options.signal!.aborted).toBe(false);
+    const err = await t.controller.undrain().catch((e: unknown) => e);
+    expect(isAgentError(err, 'ShuttingDown')).toBe(true);
+    expect(t.gate.held).toBe(true);
+    t.stop.runs[0]!.finish([machineResult('a', 'clean')]);
+    await waitFor(() => t.controller.state === 'drained', { timeoutMs: 2000 });
+    expect((await persisted()).state).toBe('drained');
+  });
+
+  it('stop() cancels the run and leaves the drain persisted as draining, for the next start', async () => {
+    const t = setup();
+    await t.controller.drain();
+    await t.controller.stop();
     expect(t.stop.runs[0]!.options.signal!.aborted).toBe(true);
     await new Promise((r) => setImmediate(r));
     expect(t.controller.state).toBe('draining');
@@ -223,14 +236,13 @@ describe('a host shutdown during a drain', () => {
     expect(t.events.map((e) => e.reason)).toEqual(['DrainStarted']);
   });
 
-  it('called off, lets the drain run again', async () => {
-    const t = setup();
+  it('a run that cannot start while the agent is not ready starts once it is running again', async () => {
+    const t = setup({ agentState: 'starting' });
     await t.controller.drain();
     t.agent.set('host-shutdown');
+    expect(t.stop.runs).toHaveLength(0);
     t.agent.set('running');
-    await waitFor(() => t.stop.runs.length === 2, { timeoutMs: 2000 });
-    t.stop.runs[1]!.finish();
-    await waitFor(() => t.controller.state === 'drained', { timeoutMs: 2000 });
+    await waitFor(() => t.stop.runs.length === 1, { timeoutMs: 2000 });
   });
 });
 
