@@ -30,6 +30,9 @@ const CONFIG = [
   '    - {minPriority: 300, budgetSec: 20}',
   '    - {minPriority: 100, budgetSec: 20}',
   '    - {minPriority: 0, budgetSec: 20}',
+  // One start at a time, so the order the starts end in is the order they began in.
+  'restore:',
+  '  parallelism: 1',
   'machines:',
   '  resyncIntervalSec: 1',
   '',
@@ -82,7 +85,8 @@ describe('drain and undrain on the libvirt test driver', () => {
     expect(firstOf('db Saved')).toBeGreaterThan(0);
     expect(firstOf('app ShutdownCompleted')).toBeGreaterThan(firstOf('db Saved'));
     expect(firstOf('cache ForceStopped')).toBeGreaterThan(firstOf('app ShutdownCompleted'));
-    expect(await states()).toEqual({ db: 'stopped', app: 'stopped', cache: 'stopped' });
+    // The states follow at the next poll of libvirt.
+    await waitFor(async () => Object.values(await states()).every((st) => st === 'stopped'), { timeoutMs: 10_000, what: 'every machine stopped' });
     for (const name of Object.keys(MACHINES)) expect(await machineProp(name, 'Power')).toBe('on');
   }, 90_000);
 

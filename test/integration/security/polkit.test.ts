@@ -119,6 +119,8 @@ describe.skipIf(unavailable !== undefined)(`polkit decides each mutating action 
     expect((await manager('SetMachineAnnotations', ['string:by-member', 'dict:string:string:owner,ops'], member)).ok).toBe(true);
     expect((await manager('SetMachinePower', ['string:by-member', 'string:on'], member)).ok).toBe(true);
     expect((await manager('DeleteMachine', ['string:by-root'], member)).ok).toBe(true);
+    expect((await manager('Drain', [], member)).ok).toBe(true);
+    expect((await manager('Undrain', [], member)).ok).toBe(true);
   });
 
   it('an outsider (nobody) is refused each mutating action by name, may read, and changes nothing', async () => {
