@@ -20,10 +20,12 @@ export const versionCommand: Command = {
       throw toCtlError(err);
     }
     if (ctx.json) {
-      writeJson(ctx, { client: CTL_VERSION, agent: { version: agent.version, state: agent.state, libvirtUri: agent.libvirtUri, libvirtConnected: agent.libvirtConnected } });
+      writeJson(ctx, { client: CTL_VERSION, agent: { version: agent.version, state: agent.state, libvirtUri: agent.libvirtUri, libvirtConnected: agent.libvirtConnected, drainState: agent.drainState } });
     } else {
       const libvirt = `libvirt ${agent.libvirtUri} ${agent.libvirtConnected ? 'connected' : 'disconnected'}`;
-      ctx.io.out(`vmkeeperd ${agent.version} (${agent.state}, ${libvirt})\n`);
+      // Said only when drained or draining: a drained host explains machines that do not start.
+      const drain = agent.drainState && agent.drainState !== 'none' ? `, ${agent.drainState}` : '';
+      ctx.io.out(`vmkeeperd ${agent.version} (${agent.state}${drain}, ${libvirt})\n`);
     }
     return 0;
   },

@@ -87,7 +87,7 @@ describe('vmkeeperctl against the real agent', () => {
   it('prints help for the program and every command', async () => {
     const top = await ctl(['help']);
     expect(top.code).toBe(0);
-    for (const command of ['list', 'status', 'create', 'delete', 'poweroff', 'poweron', 'events', 'annotate', 'version']) {
+    for (const command of ['list', 'status', 'create', 'delete', 'poweroff', 'poweron', 'events', 'annotate', 'drain', 'undrain', 'shutdowns', 'version']) {
       expect(top.stdout).toContain(`  ${command} `);
       const r = await ctl([command, '--help']);
       expect(r.code, command).toBe(0);
@@ -220,6 +220,33 @@ describe('vmkeeperctl against the real agent', () => {
     expect(plain).toMatchObject({ code: 0, stdout: 'db-1: power-off requested\n' });
     await waitForState('db-1', 'stopped');
     expect((await ctl(['poweron', 'db-1', '--json'])).code).toBe(0);
+    await waitForState('db-1', 'running');
+  });
+
+  it('drains with --wait, shows the drain\'s record, and undrains', async () => {
+    const drain = await ctl(['drain', '--wait']);
+    expect(drain.code, drain.stderr).toBe(0);
+    const lines = drain.stdout.trimEnd().split('\n');
+    expect(lines[0]).toMatch(/^\d+\s+\S+Z\s+normal\s+\(host\)\s+DrainStarted\s+uid 0 Drain\s/);
+    expect(lines.some((l) => /\s(db-1|web-1)\s+ShutdownCompleted\s/.test(l))).toBe(true);
+    expect(lines.at(-1)).toBe('host drained');
+    expect(JSON.parse((await ctl(['version', '--json'])).stdout).agent).toMatchObject({ drainState: 'drained' });
+    await waitForState('web-1', 'stopped');
+    await waitForState('db-1', 'stopped');
+
+    const list = await ctl(['shutdowns']);
+    expect(list.code, list.stderr).toBe(0);
+    const row = list.stdout.trimEnd().split('\n').find((l) => /\sdrain\s+completed\s/.test(l))!;
+    expect(row.split(/\s+/).slice(5)).toEqual(['2', '0', '0', '0', '0']); // both machines shut down cleanly
+    const shown = await ctl(['shutdowns', row.split(/\s+/)[0]!]);
+    expect(shown.code, shown.stderr).toBe(0);
+    expect(shown.stdout).toMatch(/^Kind: drain$/m);
+    expect(shown.stdout).toMatch(/^db-1\s+shutdown\s+0\s+0\s+clean\s/m);
+    expect((await ctl(['shutdowns', 'nope'])).code).toBe(3);
+
+    const undrain = await ctl(['undrain']);
+    expect(undrain).toMatchObject({ code: 0, stdout: 'undrained: machines start again\n' });
+    await waitForState('web-1', 'running');
     await waitForState('db-1', 'running');
   });
 

@@ -368,7 +368,14 @@ describe('version', () => {
     expect(s.io.stdout).toBe('vmkeeperctl 0.1.0\nvmkeeperd 0.1.0 (running, libvirt test:///default connected)\n');
     const j = setup();
     await j.run('version', '--json');
-    expect(JSON.parse(j.io.stdout)).toEqual({ client: '0.1.0', agent: { version: '0.1.0', state: 'running', libvirtUri: 'test:///default', libvirtConnected: true } });
+    expect(JSON.parse(j.io.stdout)).toEqual({ client: '0.1.0', agent: { version: '0.1.0', state: 'running', libvirtUri: 'test:///default', libvirtConnected: true, drainState: 'none' } });
+  });
+
+  it('says when the host is drained', async () => {
+    const s = setup();
+    s.client.info = { ...s.client.info, drainState: 'drained' };
+    expect(await s.run('version')).toBe(0);
+    expect(s.io.stdout).toBe('vmkeeperctl 0.1.0\nvmkeeperd 0.1.0 (running, drained, libvirt test:///default connected)\n');
   });
 
   it('still prints the client version when the agent is not running', async () => {
