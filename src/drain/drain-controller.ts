@@ -47,8 +47,6 @@ export interface DrainEvents {
 interface ActiveRun {
   abort: AbortController;
   promise: Promise<ShutdownRecord>;
-  /** Why it was aborted, if it was: its end is then handled by whoever aborted it. */
-  abortedFor?: 'undrain' | 'agent-stop';
 }
 
 const isStopping = (state: AgentState) => state === 'host-shutdown' || state === 'stopping';
@@ -115,7 +113,6 @@ export class DrainController {
       if (isStopping(this.o.agent.info().state)) throw shuttingDown();
       const run = this.run;
       if (run) {
-        run.abortedFor = 'undrain';
         this.run = undefined;
         run.abort.abort();
         const record = await run.promise.catch((err: unknown) => this.o.logger.warn(`the cancelled drain run failed: ${describeError(err)}`));
@@ -142,7 +139,7 @@ export class DrainController {
   }
 
   private async runEnded(run: ActiveRun, record: ShutdownRecord): Promise<void> {
-    if (this.run !== run) return; // aborted: Undrain or the agent's stop took it over
+    if (this.run !== run) return; // cancelled: Undrain or the agent's stop handles its end
     this.run = undefined;
     await this.o.file.write({ state: 'drained', since: record.finishedAt || this.o.clock.now() });
     this.setState('drained');
@@ -166,7 +163,6 @@ export class DrainController {
   async stop(): Promise<void> {
     const run = this.run;
     if (!run) return;
-    run.abortedFor = 'agent-stop';
     this.run = undefined;
     run.abort.abort();
     this.o.logger.info('the agent stops: the drain run is cancelled and goes on after the restart');
