@@ -37,6 +37,8 @@ export interface StopCoordinatorOptions {
   /** Aborted when the run is called off: stop sending, leave the rest running. */
   signal?: AbortSignal;
   listener: StopListener;
+  /** Opens every log line: "host shutdown", "service stop", "drain". */
+  label?: string;
 }
 
 export interface GuestOutcome {
@@ -91,6 +93,7 @@ export class StopCoordinator {
   private readonly pollMs: number;
   private readonly destroyTimeoutMs: number;
   private readonly saveMarginMs: number;
+  private readonly label: string;
   private finishedCount = 0;
   private total = 0;
   /** Set by any guest event, so the wait ends early. */
@@ -103,6 +106,7 @@ export class StopCoordinator {
     this.pollMs = o.pollIntervalMs ?? 500;
     this.destroyTimeoutMs = o.destroyTimeoutMs ?? 30_000;
     this.saveMarginMs = o.saveMarginMs ?? 5000;
+    this.label = o.label ?? 'stop';
   }
 
   /** Runs every group in order; startedAt and runDeadlineAt are the run's (afterMs counts from startedAt). */
@@ -125,12 +129,13 @@ export class StopCoordinator {
     const deadline = Math.min(clock.now() + group.budgetSec * 1000, runDeadlineAt);
     const guests = group.guests.map(newRun);
     this.o.listener.groupStarted(index, deadline);
-    logger.info(`stop: group ${index + 1}/${groups.length} (priority >= ${group.minPriority}, budget ${group.budgetSec}s): ${guests.map((g) => `${g.guest.machine} (${g.guest.action})`).join(', ')}`);
+    logger.info(`${this.label}: group ${index + 1}/${groups.length} (priority >= ${group.minPriority}, budget ${group.budgetSec}s): ${guests.map((g) => `${g.guest.machine} (${g.guest.action})`).join(', ')}`);
     for (const g of guests) {
       if (g.guest.action === 'force') this.destroy(g, startedAt, 'force: destroyed at once');
       else if (g.guest.action === 'save') this.save(g, startedAt, deadline);
     }
     const open = () => guests.filter((g) => g.mode !== 'done');
+    let budgetSpent = false;
     for (;;) {
       this.dirty = false;
       if (open().length === 0) break;
@@ -140,9 +145,14 @@ export class StopCoordinator {
       }
       await this.markOff(guests, startedAt);
       const now = clock.now();
+      if (now >= deadline && !budgetSpent) {
+        budgetSpent = true;
+        const left = guests.filter((g) => g.mode === 'acpi' || g.mode === 'saving');
+        if (left.length) logger.warn(`${this.label}: group ${index + 1}/${groups.length} budget of ${group.budgetSec}s spent: destroying ${left.length} guests`, { guests: left.map((g) => g.guest.domain).join(',') });
+      }
       for (const g of guests) {
         if (g.mode === 'saving' && now >= deadline) {
-          logger.warn(`stop: ${g.guest.machine}: save still running at the budget end: destroying it`);
+          logger.warn(`${this.label}: ${g.guest.machine}: save still running at the budget end: destroying it`);
           this.destroy(g, startedAt, 'the save was still running at the budget end: destroyed');
         }
         if (g.mode !== 'acpi' || g.sending) continue;
@@ -165,13 +175,14 @@ export class StopCoordinator {
       const domains = await this.bounded('listDomains', () => this.o.hypervisor.listDomains());
       active = new Set(domains.filter((d) => isDomainActive(d.state)).map((d) => d.name));
     } catch (err) {
-      this.o.logger.warn(`stop: listing guests failed: ${describeError(err)}`);
+      this.o.logger.warn(`${this.label}: listing guests failed: ${describeError(err)}`);
       return;
     }
     for (const g of guests) {
       if (g.mode !== 'acpi' || active.has(g.guest.domain)) continue;
       const detail = g.saveProblem ? `${g.saveProblem}; shut down after ${g.requests} ACPI requests` : `shut down after ${g.requests} ACPI requests`;
       this.finish(g, startedAt, 'clean', detail);
+      this.o.logger.info(`${this.label}: ${g.guest.domain} shut down cleanly after ${((this.o.clock.now() - startedAt) / 1000).toFixed(1)}s`);
     }
   }
 
@@ -184,9 +195,9 @@ export class StopCoordinator {
         await this.bounded('shutdownDomain', () => this.o.hypervisor.shutdownDomain(g.guest.domain));
         g.requests++;
         if (first) this.o.listener.shutdownRequested(g.guest);
-        this.o.logger.info(`stop: ${first ? 'ACPI shutdown sent to' : 'ACPI shutdown sent again to'} ${g.guest.domain}`);
+        this.o.logger.info(`${this.label}: ${first ? 'ACPI shutdown sent to' : 'ACPI shutdown sent again to'} ${g.guest.domain}`);
       } catch (err) {
-        this.o.logger.warn(`stop: shutdown request to ${g.guest.domain} failed: ${describeError(err)}`);
+        this.o.logger.warn(`${this.label}: shutdown request to ${g.guest.domain} failed: ${describeError(err)}`);
       }
     }).finally(() => {
       // A failed request counts as asked too: the retry interval paces the next try.
@@ -210,6 +221,7 @@ export class StopCoordinator {
         await withCallTimeout(this.o.clock, timeoutMs + 1000, 'saveDomain', () => this.o.hypervisor.saveDomain(g.guest.domain, file, timeoutMs));
         if (g.mode === 'saving' || g.mode === 'destroying') {
           this.finish(g, startedAt, 'saved', `saved to ${file} in ${((this.o.clock.now() - began) / 1000).toFixed(1)}s`);
+          this.o.logger.info(`${this.label}: ${g.guest.domain} saved to ${file}`);
         }
       } catch (err) {
         if (g.mode !== 'saving') return; // destroyed at the budget end: that path records it
@@ -217,7 +229,7 @@ export class StopCoordinator {
         g.saveProblem = `save failed (${why})`;
         g.mode = 'acpi';
         this.o.listener.saveFailed(g.guest, why);
-        this.o.logger.warn(`stop: saving ${g.guest.machine} failed (${why}): falling back to ACPI shutdown`);
+        this.o.logger.warn(`${this.label}: saving ${g.guest.machine} failed (${why}): falling back to ACPI shutdown`);
       } finally {
         this.poke();
       }
@@ -232,11 +244,11 @@ export class StopCoordinator {
         await this.bounded('destroyDomain', () => this.o.hypervisor.destroyDomain(g.guest.domain));
         if (g.mode === 'destroying') {
           this.finish(g, startedAt, 'forced', g.saveProblem ? `${g.saveProblem}; ${detail}` : detail);
-          this.o.logger.warn(`stop: ${g.guest.domain} destroyed (${detail}; destroy took ${this.o.clock.now() - issued} ms)`);
+          this.o.logger.warn(`${this.label}: ${g.guest.domain} destroyed (${detail}; destroy took ${this.o.clock.now() - issued} ms)`);
         }
       } catch (err) {
         if (g.mode === 'destroying') this.finish(g, startedAt, 'failed', `destroy failed: ${describeError(err)}`);
-        this.o.logger.error(`stop: destroying ${g.guest.domain} failed: ${describeError(err)}`);
+        this.o.logger.error(`${this.label}: destroying ${g.guest.domain} failed: ${describeError(err)}`);
       } finally {
         this.poke();
       }

@@ -101,6 +101,7 @@ export class PolicyStopProcedure implements StopProcedure {
       pollIntervalMs: this.o.pollIntervalMs,
       destroyTimeoutMs: this.o.destroyTimeoutMs,
       signal,
+      label,
       listener: {
         groupStarted: (i) => (record.groups[i]!.startedAt = clock.now()),
         shutdownRequested: (g) => this.o.machines.event(g.machine, 'normal', 'ShutdownRequested', `${label}: ACPI shutdown requested`),

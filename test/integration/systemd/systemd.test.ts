@@ -184,13 +184,14 @@ describe.skipIf(!isRoot)('vmkeeperd under systemd', () => {
     const j = await a.c.journal();
     const order = [
       /logind: the host is shutting down \(PrepareForShutdown\): starting guest shutdowns now/,
-      /host shutdown: 2 running guests get an ACPI shutdown; destroy at 15s/,
+      /host shutdown: 2 running guests in 1 groups; bound 15s/,
+      /host shutdown: group 1\/1 \(priority >= 0, budget 15s\)/,
       /host shutdown: vmkeeper-obey shut down cleanly after/,
       /SIGTERM received: stopping/,
       /host shutdown: systemd reports the system as stopping; guests: shut down/,
-      /host shutdown: timeout of 15s reached: destroying 1 guests/,
+      /host shutdown: group 1\/1 budget of 15s spent: destroying 1 guests/,
       /host shutdown: vmkeeper-ignore destroyed \(ignored \d+ ACPI requests/,
-      /host shutdown done in .*: 1 shut down cleanly, 1 destroyed, 0 left running/,
+      /host shutdown completed in .*: 1 shut down cleanly, 0 saved, 1 destroyed, 0 failed, 0 left running/,
       /released the logind shutdown delay lock/,
       /Stopped vmkeeperd\.service/,
       /Stopping libvirtd\.service/,
