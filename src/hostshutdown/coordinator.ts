@@ -140,7 +140,7 @@ export class StopCoordinator {
       this.dirty = false;
       if (open().length === 0) break;
       if (this.o.signal?.aborted) {
-        for (const g of open()) this.finish(g, startedAt, 'left-running', `the run was cancelled (${g.requests} ACPI requests sent)`);
+        for (const g of open()) this.finish(g, startedAt, 'left-running', `the run was cancelled (${requests(g.requests)} sent)`);
         break;
       }
       await this.markOff(guests, startedAt);
@@ -180,9 +180,10 @@ export class StopCoordinator {
     }
     for (const g of guests) {
       if (g.mode !== 'acpi' || active.has(g.guest.domain)) continue;
-      const detail = g.saveProblem ? `${g.saveProblem}; shut down after ${g.requests} ACPI requests` : `shut down after ${g.requests} ACPI requests`;
+      const done = `shut down after ${requests(g.requests)}`;
+      const detail = g.saveProblem ? `${g.saveProblem}; ${done}` : done;
       this.finish(g, startedAt, 'clean', detail);
-      this.o.logger.info(`${this.label}: ${g.guest.domain} shut down cleanly after ${((this.o.clock.now() - startedAt) / 1000).toFixed(1)}s`);
+      this.o.logger.debug(`${this.label}: ${g.guest.domain} shut down cleanly after ${((this.o.clock.now() - startedAt) / 1000).toFixed(1)}s`);
     }
   }
 
@@ -195,7 +196,9 @@ export class StopCoordinator {
         await this.bounded('shutdownDomain', () => this.o.hypervisor.shutdownDomain(g.guest.domain));
         g.requests++;
         if (first) this.o.listener.shutdownRequested(g.guest);
-        this.o.logger.info(`${this.label}: ${first ? 'ACPI shutdown sent to' : 'ACPI shutdown sent again to'} ${g.guest.domain}`);
+        // The first request is in the journal as the ShutdownRequested event already.
+        if (first) this.o.logger.debug(`${this.label}: ACPI shutdown sent to ${g.guest.domain}`);
+        else this.o.logger.info(`${this.label}: ACPI shutdown sent again to ${g.guest.domain}`);
       } catch (err) {
         this.o.logger.warn(`${this.label}: shutdown request to ${g.guest.domain} failed: ${describeError(err)}`);
       }
@@ -221,7 +224,7 @@ export class StopCoordinator {
         await withCallTimeout(this.o.clock, timeoutMs + 1000, 'saveDomain', () => this.o.hypervisor.saveDomain(g.guest.domain, file, timeoutMs));
         if (g.mode === 'saving' || g.mode === 'destroying') {
           this.finish(g, startedAt, 'saved', `saved to ${file} in ${((this.o.clock.now() - began) / 1000).toFixed(1)}s`);
-          this.o.logger.info(`${this.label}: ${g.guest.domain} saved to ${file}`);
+          this.o.logger.debug(`${this.label}: ${g.guest.domain} saved to ${file}`);
         }
       } catch (err) {
         if (g.mode !== 'saving') return; // destroyed at the budget end: that path records it
@@ -244,7 +247,7 @@ export class StopCoordinator {
         await this.bounded('destroyDomain', () => this.o.hypervisor.destroyDomain(g.guest.domain));
         if (g.mode === 'destroying') {
           this.finish(g, startedAt, 'forced', g.saveProblem ? `${g.saveProblem}; ${detail}` : detail);
-          this.o.logger.warn(`${this.label}: ${g.guest.domain} destroyed (${detail}; destroy took ${this.o.clock.now() - issued} ms)`);
+          this.o.logger.debug(`${this.label}: ${g.guest.domain} destroyed; the destroy took ${this.o.clock.now() - issued} ms`);
         }
       } catch (err) {
         if (g.mode === 'destroying') this.finish(g, startedAt, 'failed', `destroy failed: ${describeError(err)}`);
@@ -263,7 +266,7 @@ export class StopCoordinator {
 
   /** The save problem, if any, is prefixed by destroy(). */
   private ignoredText(g: GuestRun): string {
-    return `ignored ${g.requests} ACPI requests`;
+    return `ignored ${requests(g.requests)}`;
   }
 
   private progress(index: number, groups: readonly PlannedGroup[], guests: GuestRun[], deadline: number, runDeadlineAt: number): void {
@@ -317,3 +320,5 @@ export class StopCoordinator {
 function newRun(guest: PlannedGuest): GuestRun {
   return { guest, mode: 'acpi', asked: false, lastSentAt: 0, requests: 0, sending: false };
 }
+
+const requests = (n: number) => `${n} ACPI request${n === 1 ? '' : 's'}`;

@@ -87,7 +87,7 @@ describe('stop coordinator', () => {
     expect(g2).toBeGreaterThanOrEqual(2000);
     expect(g2).toBeLessThan(3000);
     expect(when(log, /requested c/)).toBeGreaterThanOrEqual(g2);
-    expect(outcomes.get('c')).toMatchObject({ result: 'clean', detail: 'shut down after 1 ACPI requests' });
+    expect(outcomes.get('c')).toMatchObject({ result: 'clean', detail: 'shut down after 1 ACPI request' });
     expect(log.filter((l) => / group \d ended/.test(l)).map((l) => l.split(' ').slice(1).join(' '))).toEqual(['group 1 ended', 'group 2 ended']);
     expect(hv.calls.some((x) => x.name === 'not-ours')).toBe(false);
   });
@@ -130,7 +130,7 @@ describe('stop coordinator', () => {
   });
 
   it.each([
-    { behaviour: 'obey' as const, result: 'clean', detail: /^save failed \(disk full\); shut down after 1 ACPI requests$/ },
+    { behaviour: 'obey' as const, result: 'clean', detail: /^save failed \(disk full\); shut down after 1 ACPI request$/ },
     { behaviour: 'ignore' as const, result: 'forced', detail: /^save failed \(disk full\); ignored 2 ACPI requests: destroyed at the budget end$/ },
   ])('a failed save falls back to ACPI shutdown ($behaviour guest: $result)', async ({ behaviour, result, detail }) => {
     const { clock, hv, log, outcomes, run } = setup([{ minPriority: 0, budgetSec: 10, guests: [{ name: 's', action: 'save', behaviour }] }]);
