@@ -140,7 +140,11 @@ export class StopCoordinator {
       this.dirty = false;
       if (open().length === 0) break;
       if (this.o.signal?.aborted) {
-        for (const g of open()) this.finish(g, startedAt, 'left-running', `the run was cancelled (${requests(g.requests)} sent)`);
+        for (const g of open()) {
+          this.finish(g, startedAt, 'left-running', g.mode === 'saving'
+            ? 'the run was cancelled while the guest was being saved (the save may still complete)'
+            : `the run was cancelled (${requests(g.requests)} sent)`);
+        }
         break;
       }
       await this.markOff(guests, startedAt);

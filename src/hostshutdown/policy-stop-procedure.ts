@@ -56,14 +56,25 @@ const EVENT_OF: Record<GuestResult, { reason: string; type: EventType } | undefi
 };
 
 export class PolicyStopProcedure implements StopProcedure {
-  private current: Promise<ShutdownRecord> | undefined;
+  private current: { promise: Promise<ShutdownRecord>; signal: AbortSignal | undefined } | undefined;
 
   constructor(private readonly o: PolicyStopProcedureOptions) {}
 
-  /** One run at a time: a call during a run gets that run's result. */
+  /**
+   * One run at a time: a call during a run gets that run's result. A run already cancelled is
+   * not joined: the new one starts once it has wound down (a shutdown announced again right after
+   * logind took one back).
+   */
   run(options: StopRunOptions): Promise<ShutdownRecord> {
-    this.current ??= this.execute(options).finally(() => (this.current = undefined));
-    return this.current;
+    const before = this.current;
+    if (before && !before.signal?.aborted) return before.promise;
+    const promise: Promise<ShutdownRecord> = (before ? before.promise.then(() => undefined, () => undefined) : Promise.resolve())
+      .then(() => this.execute(options))
+      .finally(() => {
+        if (this.current?.promise === promise) this.current = undefined;
+      });
+    this.current = { promise, signal: options.signal };
+    return promise;
   }
 
   private async execute({ kind, signal }: StopRunOptions): Promise<ShutdownRecord> {

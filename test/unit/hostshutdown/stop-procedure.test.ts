@@ -111,9 +111,11 @@ describe('policy stop procedure', () => {
   });
 
   it('cancelled: the rest is left running and the record says cancelled', async () => {
-    const { procedure, records } = await setup();
+    const { procedure, records, progress } = await setup();
     const abort = new AbortController();
     const run = procedure.run({ kind: 'drain', signal: abort.signal });
+    // The record is on disk (real files) before the first group begins: wait for top's save.
+    await h.advanceUntil(() => progress.some((p) => p.finished === 1));
     await h.advance(3000);
     abort.abort();
     const r = await finish(run);
@@ -136,6 +138,22 @@ describe('policy stop procedure', () => {
     const b = procedure.run({ kind: 'service-stop' });
     expect(b).toBe(a);
     await finish(a);
+  });
+
+  it('a run asked for while a cancelled one winds down is a new run, after it', async () => {
+    const { procedure, records, progress } = await setup();
+    const abort = new AbortController();
+    const first = procedure.run({ kind: 'host-shutdown', signal: abort.signal });
+    await h.advanceUntil(() => progress.some((p) => p.finished === 1));
+    abort.abort();
+    const second = procedure.run({ kind: 'host-shutdown' });
+    expect(second).not.toBe(first);
+    const [a, b] = await finish(Promise.all([first, second]));
+    expect(a.result).toBe('cancelled');
+    expect(b.result).toBe('completed');
+    expect(b.startedAt).toBeGreaterThanOrEqual(a.finishedAt);
+    expect(records.list().map((r) => r.result)).toEqual(['cancelled', 'completed']);
+    expect(b.machines.map((m) => m.machine)).toEqual(['mid', 'low']); // top was saved by the first run
   });
 
   it('reports its progress with its kind', async () => {
