@@ -287,12 +287,19 @@ export class StopCoordinator {
     });
   }
 
-  /** Until the next poll, retry or budget end, whichever comes first. */
+  /**
+   * Until the next poll, retry or budget end, whichever comes first. Times already passed do not
+   * count: past the budget end, the destroys in flight poke the loop when they return.
+   */
   private nextWaitMs(guests: GuestRun[], deadline: number): number {
     const now = this.o.clock.now();
-    let until = Math.min(now + this.pollMs, deadline);
-    for (const g of guests) if (g.mode === 'acpi' && g.asked) until = Math.min(until, g.lastSentAt + this.o.retryIntervalMs);
-    return Math.max(1, until - now);
+    let until = now + this.pollMs;
+    const consider = (t: number) => {
+      if (t > now) until = Math.min(until, t);
+    };
+    consider(deadline);
+    for (const g of guests) if (g.mode === 'acpi' && g.asked) consider(g.lastSentAt + this.o.retryIntervalMs);
+    return until - now;
   }
 
   /** Sleeps until ms pass, a guest event pokes, or the run is aborted. */

@@ -250,3 +250,19 @@ describe('stop coordinator', () => {
     expect(progress.at(-1)).toMatchObject({ group: 2, runningInGroup: 0, finished: 3 });
   });
 });
+
+describe('stop coordinator waits', () => {
+  it('past the budget end, waiting on a slow destroy does not spin: it polls at the poll interval', async () => {
+    const { clock, hv, outcomes, progress, run } = setup([{ minPriority: 0, budgetSec: 5, guests: [{ name: 'slow', action: 'shutdown', behaviour: 'ignore' }] }], { destroyTimeoutMs: 30_000 });
+    const destroy = hv.destroyDomain.bind(hv);
+    hv.destroyDomain = async (name: string) => {
+      await clock.sleep(10_000); // a qemu that takes 10 s to die
+      await destroy(name);
+    };
+    const p = run();
+    await runToEnd(clock, p);
+    expect(outcomes.get('slow')!.result).toBe('forced');
+    // About one report per 500 ms poll over 15 s, not one per millisecond.
+    expect(progress.length).toBeLessThan(60);
+  });
+});
