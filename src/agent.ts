@@ -24,6 +24,7 @@ import { StartGate } from './reconciler/start-gate.js';
 import { Sweeper } from './sweeper/sweeper.js';
 import { PolicyStopProcedure, type StopRunProgress } from './hostshutdown/policy-stop-procedure.js';
 import { ShutdownRecords } from './hostshutdown/shutdown-records.js';
+import type { ShutdownRecord } from './hostshutdown/stop-procedure.js';
 
 export const AGENT_VERSION = VERSION;
 
@@ -45,6 +46,8 @@ export interface AgentParts {
   maxConcurrentSaves?: number;
   /** Each stop run's progress (STATUS= and EXTEND_TIMEOUT_USEC). */
   onStopProgress?: (p: StopRunProgress) => void;
+  /** A stop run ended. */
+  onStopRunEnded?: (record: ShutdownRecord) => void;
 }
 
 /** The agent's core, wired: everything except the process (signals, bus, sd_notify) around it. */
@@ -134,6 +137,7 @@ export class Agent {
       maxConcurrentSaves: parts.maxConcurrentSaves ?? 1,
       destroyTimeoutMs: config.libvirt.callTimeoutSec * 1000,
       onProgress: (p) => parts.onStopProgress?.(p),
+      onRunEnded: (r) => parts.onStopRunEnded?.(r),
     });
     this.observer = new DomainObserver(hypervisor, clock, logger, m.pollIntervalMs, {
       onSnapshot: (snapshot, changed) => {

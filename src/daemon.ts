@@ -89,6 +89,8 @@ export class Daemon {
       // One libvirt call slot always stays free for the listings and the destroys at a budget end.
       maxConcurrentSaves: Math.max(1, hypervisor.callSlots - 1),
       onStopProgress: (p) => this.status.stopProgress(p, stopAllowanceMs),
+      // After a drain the host stays up: its progress line goes. A stop's stays until the exit.
+      onStopRunEnded: (r) => r.kind === 'drain' && this.status.setOverride(undefined),
     });
     const agent = this.agent;
     this.status = new StatusReporter({ api: agent.service, notifier: this.notifier, clock, lastSweepAt: () => agent.sweeper.lastSweepAt });

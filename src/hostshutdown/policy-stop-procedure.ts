@@ -43,6 +43,8 @@ export interface PolicyStopProcedureOptions {
   pollIntervalMs?: number;
   destroyTimeoutMs?: number;
   onProgress?: (p: StopRunProgress) => void;
+  /** A run ended (its record is final), e.g. to take its STATUS= line away after a drain. */
+  onRunEnded?: (record: ShutdownRecord) => void;
 }
 
 const LABEL: Record<StopKind, string> = { 'host-shutdown': 'host shutdown', 'service-stop': 'service stop', drain: 'drain' };
@@ -132,6 +134,7 @@ export class PolicyStopProcedure implements StopProcedure {
     const summary = summarize(record);
     logger.info(`${label} ${record.result} in ${((record.finishedAt - startedAt) / 1000).toFixed(1)}s: ${summary}`, { record: record.id });
     if (hostLevel) this.o.machines.event('', 'normal', 'HostShutdownCompleted', `${label} ${record.result}: ${summary}`);
+    this.o.onRunEnded?.(structuredClone(record));
     return structuredClone(record);
   }
 

@@ -20,7 +20,8 @@ beforeAll(async () => {
     if (msg.type !== MessageType.METHOD_CALL || msg.path !== '/org/freedesktop/login1' || msg.interface !== 'org.freedesktop.DBus.Properties' || msg.member !== 'Get') return false;
     const [iface, name] = msg.body as [string, string];
     if (iface !== 'org.freedesktop.login1.Manager' || name !== 'InhibitDelayMaxUSec' || served === undefined) {
-      logind.send(Message.newError(msg, 'org.freedesktop.DBus.Error.UnknownProperty', `no ${iface}.${name}`));
+      // dbus-next's types say string; it takes the call being answered.
+      logind.send(Message.newError(msg as unknown as string, 'org.freedesktop.DBus.Error.UnknownProperty', `no ${iface}.${name}`));
     } else {
       logind.send(Message.newMethodReturn(msg, 'v', [new Variant('t', served)]));
     }
