@@ -49,11 +49,12 @@ export interface PolicyStopProcedureOptions {
 
 const LABEL: Record<StopKind, string> = { 'host-shutdown': 'host shutdown', 'service-stop': 'service stop', drain: 'drain' };
 
-const EVENT_OF: Record<GuestResult, { reason: string; type: EventType } | undefined> = {
-  clean: { reason: 'ShutdownCompleted', type: 'normal' },
-  saved: { reason: 'Saved', type: 'normal' },
-  forced: { reason: 'ForceStopped', type: 'warning' },
-  failed: { reason: 'StopFailed', type: 'warning' },
+/** The event of each result, as [type, reason] (written so the MESSAGE_ID test finds the reasons). */
+const EVENT_OF: Record<GuestResult, [EventType, string] | undefined> = {
+  clean: ['normal', 'ShutdownCompleted'],
+  saved: ['normal', 'Saved'],
+  forced: ['warning', 'ForceStopped'],
+  failed: ['warning', 'StopFailed'],
   'left-running': undefined,
 };
 
@@ -143,7 +144,7 @@ export class PolicyStopProcedure implements StopProcedure {
     m.afterMs = outcome.afterMs;
     m.detail = outcome.detail;
     const e = EVENT_OF[outcome.result];
-    if (e) this.o.machines.event(m.machine, e.type, e.reason, `${label}: ${outcome.detail}`);
+    if (e) this.o.machines.event(m.machine, e[0], e[1], `${label}: ${outcome.detail}`);
   }
 
   /** The active domains; undefined when libvirt did not answer before the bound. */
