@@ -152,7 +152,7 @@ export class StopCoordinator {
       if (now >= deadline && !budgetSpent) {
         budgetSpent = true;
         const left = guests.filter((g) => g.mode === 'acpi' || g.mode === 'saving');
-        if (left.length) logger.warn(`${this.label}: group ${index + 1}/${groups.length} budget of ${group.budgetSec}s spent: destroying ${left.length} guests`, { guests: left.map((g) => g.guest.domain).join(',') });
+        if (left.length) logger.warn(`${this.label}: group ${index + 1}/${groups.length} budget of ${group.budgetSec}s spent: destroying ${left.length} guest${left.length === 1 ? '' : 's'}`, { guests: left.map((g) => g.guest.domain).join(',') });
       }
       for (const g of guests) {
         if (g.mode === 'saving' && now >= deadline) {

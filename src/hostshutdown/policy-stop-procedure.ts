@@ -99,8 +99,8 @@ export class PolicyStopProcedure implements StopProcedure {
     const record = newRecord(this.o.records.newId(startedAt), kind, startedAt, s.timeoutSec, groups);
     const hostLevel = kind !== 'drain';
     const total = record.machines.length;
-    if (hostLevel) this.o.machines.event('', 'normal', 'HostShutdownStarted', `${label}: stopping ${total} guests in ${groups.length} priority groups within ${s.timeoutSec}s`);
-    logger.info(`${label}: ${total} running guests in ${groups.length} groups; bound ${s.timeoutSec}s`, { record: record.id, parallelism: s.parallelism });
+    if (hostLevel) this.o.machines.event('', 'normal', 'HostShutdownStarted', `${label}: stopping ${count(total, 'guest')} in ${count(groups.length, 'priority group')} within ${s.timeoutSec}s`);
+    logger.info(`${label}: ${count(total, 'running guest')} in ${count(groups.length, 'group')}; bound ${s.timeoutSec}s`, { record: record.id, parallelism: s.parallelism });
     await this.persist(record);
 
     const entry = (g: PlannedGuest) => record.machines.find((m) => m.domain === g.domain)!;
@@ -199,3 +199,5 @@ export function summarize(r: Pick<ShutdownRecord, 'machines'>): string {
   const n = (result: ShutdownRecordMachine['result']) => r.machines.filter((m) => m.result === result).length;
   return `${n('clean')} shut down cleanly, ${n('saved')} saved, ${n('forced')} destroyed, ${n('failed')} failed, ${n('left-running') + n('pending')} left running`;
 }
+
+const count = (n: number, what: string) => `${n} ${what}${n === 1 ? '' : 's'}`;

@@ -184,12 +184,12 @@ describe.skipIf(!isRoot)('vmkeeperd under systemd', () => {
     const j = await a.c.journal();
     const order = [
       /logind: the host is shutting down \(PrepareForShutdown\): starting guest shutdowns now/,
-      /host shutdown: 2 running guests in 1 groups; bound 15s/,
+      /host shutdown: 2 running guests in 1 group; bound 15s/,
       /host shutdown: group 1\/1 \(priority >= 0, budget 15s\)/,
       /obey: host shutdown: shut down after \d+ ACPI requests?\b/,
       /SIGTERM received: stopping/,
       /host shutdown: systemd reports the system as stopping; guests: shut down/,
-      /host shutdown: group 1\/1 budget of 15s spent: destroying 1 guests/,
+      /host shutdown: group 1\/1 budget of 15s spent: destroying 1 guest\b/,
       /ignore: host shutdown: ignored \d+ ACPI requests: destroyed at the budget end/,
       /host shutdown completed in .*: 1 shut down cleanly, 0 saved, 1 destroyed, 0 failed, 0 left running/,
       /released the logind shutdown delay lock/,
