@@ -78,6 +78,7 @@ export class HostShutdownHandler {
    * bound the host goes down before the guests are. Only a warning: system files are the admin's.
    */
   private async checkDelayBound(p: HostPlatform): Promise<void> {
+    if (this.o.settings().action !== 'shutdown') return; // guests are left to libvirt: nothing to wait for
     const boundSec = this.o.settings().timeoutSec + Math.ceil((this.o.stopAllowanceMs ?? 0) / 1000);
     let usec: number;
     try {
@@ -88,7 +89,7 @@ export class HostShutdownHandler {
     }
     if (usec >= boundSec * 1_000_000) return;
     this.o.logger.warn(`logind waits at most ${usec / 1_000_000}s for shutdown delay locks (InhibitDelayMaxSec), below the host-shutdown bound of ${boundSec}s: ` +
-      `guests may still run when logind goes on; write InhibitDelayMaxSec=${boundSec} to a drop-in such as /etc/systemd/logind.conf.d/vmkeeper.conf and restart systemd-logind`);
+      `logind may go on before the guests are down; write InhibitDelayMaxSec=${boundSec} to a drop-in such as /etc/systemd/logind.conf.d/vmkeeper.conf and restart systemd-logind`);
   }
 
   /**

@@ -220,8 +220,18 @@ describe('host shutdown handler: the stop procedure and logind bound', () => {
     await handler.start();
     const lines = logger.lines.filter((l) => /InhibitDelayMaxSec/.test(l));
     expect(lines).toEqual(warns
-      ? ['warn logind waits at most 5s for shutdown delay locks (InhibitDelayMaxSec), below the host-shutdown bound of 45s: guests may still run when logind goes on; write InhibitDelayMaxSec=45 to a drop-in such as /etc/systemd/logind.conf.d/vmkeeper.conf and restart systemd-logind']
+      ? ['warn logind waits at most 5s for shutdown delay locks (InhibitDelayMaxSec), below the host-shutdown bound of 45s: logind may go on before the guests are down; write InhibitDelayMaxSec=45 to a drop-in such as /etc/systemd/logind.conf.d/vmkeeper.conf and restart systemd-logind']
       : []);
+    handler.close();
+  });
+
+  it('with hostShutdown.action "leave" there is nothing to wait for: no warning', async () => {
+    h = await new Harness({ config: (c) => void (c.hostShutdown.action = 'leave') }).start();
+    const platform = new FakePlatform();
+    const logger = capturingLogger();
+    const handler = new HostShutdownHandler({ platform, procedure: h.agent.stopProcedure, target: h.agent, clock: h.clock, logger, settings: () => h.config.hostShutdown });
+    await handler.start();
+    expect(logger.lines.filter((l) => /InhibitDelayMaxSec/.test(l))).toEqual([]);
     handler.close();
   });
 });
