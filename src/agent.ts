@@ -22,9 +22,8 @@ import { DomainOwnership } from './domains/domain-ownership.js';
 import { Reconciler } from './reconciler/reconciler.js';
 import { StartGate } from './reconciler/start-gate.js';
 import { Sweeper } from './sweeper/sweeper.js';
-import { PolicyStopProcedure, type StopRunProgress } from './hostshutdown/policy-stop-procedure.js';
+import { PolicyStopProcedure } from './hostshutdown/policy-stop-procedure.js';
 import { ShutdownRecords } from './hostshutdown/shutdown-records.js';
-import type { ShutdownRecord } from './hostshutdown/stop-procedure.js';
 
 export const AGENT_VERSION = VERSION;
 
@@ -44,10 +43,6 @@ export interface AgentParts {
   shutdownRecords?: ShutdownRecords;
   /** Saves in flight at once during a stop run: below the hypervisor's call slots (default 1). */
   maxConcurrentSaves?: number;
-  /** Each stop run's progress (STATUS= and EXTEND_TIMEOUT_USEC). */
-  onStopProgress?: (p: StopRunProgress) => void;
-  /** A stop run ended. */
-  onStopRunEnded?: (record: ShutdownRecord) => void;
 }
 
 /** The agent's core, wired: everything except the process (signals, bus, sd_notify) around it. */
@@ -64,7 +59,7 @@ export class Agent {
   readonly startGate = new StartGate();
   /** Every stop and drain run, persisted (ShutdownRecordReader for D-Bus and vmkeeperctl). */
   readonly shutdownRecords: ShutdownRecords;
-  /** Stops every guest by policy and priority: host shutdown, service stop, drain. */
+  /** Stops every guest by policy and priority: host shutdown, service stop, drain; `events` tells how a run goes. */
   readonly stopProcedure: PolicyStopProcedure;
   private readonly logger: Logger;
 
@@ -136,8 +131,6 @@ export class Agent {
       }),
       maxConcurrentSaves: parts.maxConcurrentSaves ?? 1,
       destroyTimeoutMs: config.libvirt.callTimeoutSec * 1000,
-      onProgress: (p) => parts.onStopProgress?.(p),
-      onRunEnded: (r) => parts.onStopRunEnded?.(r),
     });
     this.observer = new DomainObserver(hypervisor, clock, logger, m.pollIntervalMs, {
       onSnapshot: (snapshot, changed) => {

@@ -88,12 +88,12 @@ export class Daemon {
       shutdownRecords: new ShutdownRecords({ dir: shutdownRecordsDir(config.stateDir), logger }),
       // One libvirt call slot always stays free for the listings and the destroys at a budget end.
       maxConcurrentSaves: Math.max(1, hypervisor.callSlots - 1),
-      onStopProgress: (p) => this.status.stopProgress(p, stopAllowanceMs),
-      // After a drain the host stays up: its progress line goes. A stop's stays until the exit.
-      onStopRunEnded: (r) => r.kind === 'drain' && this.status.setOverride(undefined),
     });
     const agent = this.agent;
     this.status = new StatusReporter({ api: agent.service, notifier: this.notifier, clock, lastSweepAt: () => agent.sweeper.lastSweepAt });
+    agent.stopProcedure.events.on('progress', (p) => this.status.stopProgress(p, stopAllowanceMs));
+    // After a drain the host stays up: its progress line goes. A stop's stays until the exit.
+    agent.stopProcedure.events.on('ended', (r) => r.kind === 'drain' && this.status.setOverride(undefined));
     this.hostShutdown = new HostShutdownHandler({
       // logind and systemd are asked only when systemd runs us (not in development or tests).
       platform: underSystemd(env) ? new SystemBusHostPlatform({ logger }) : undefined,

@@ -1,6 +1,7 @@
 import type { Config } from '../config/config.js';
 import { isDomainActive, type Hypervisor } from '../hypervisor/port.js';
 import type { Clock } from '../lifecycle/clock.js';
+import { TypedEmitter } from '../lifecycle/emitter.js';
 import type { Logger } from '../logging/logger.js';
 import { describeError } from '../machine/errors.js';
 import { savedStateFile } from '../machine/paths.js';
@@ -42,9 +43,16 @@ export interface PolicyStopProcedureOptions {
   maxConcurrentSaves: number;
   pollIntervalMs?: number;
   destroyTimeoutMs?: number;
-  onProgress?: (p: StopRunProgress) => void;
-  /** A run ended (its record is final), e.g. to take its STATUS= line away after a drain. */
-  onRunEnded?: (record: ShutdownRecord) => void;
+}
+
+/** What a run announces as it goes; each listener gets its own copy of a record. */
+export interface StopRunEvents {
+  /** The run's record was first written (result in-progress). */
+  started: (record: ShutdownRecord) => void;
+  /** After every look at the guests: STATUS= and EXTEND_TIMEOUT_USEC, a drain's progress. */
+  progress: (p: StopRunProgress) => void;
+  /** The run's record is final (completed or cancelled). */
+  ended: (record: ShutdownRecord) => void;
 }
 
 const LABEL: Record<StopKind, string> = { 'host-shutdown': 'host shutdown', 'service-stop': 'service stop', drain: 'drain' };
@@ -59,9 +67,12 @@ const EVENT_OF: Record<GuestResult, [EventType, string] | undefined> = {
 };
 
 export class PolicyStopProcedure implements StopProcedure {
+  readonly events: TypedEmitter<StopRunEvents>;
   private current: { promise: Promise<ShutdownRecord>; signal: AbortSignal | undefined } | undefined;
 
-  constructor(private readonly o: PolicyStopProcedureOptions) {}
+  constructor(private readonly o: PolicyStopProcedureOptions) {
+    this.events = new TypedEmitter<StopRunEvents>((err) => o.logger.error(`stop run listener failed: ${describeError(err)}`));
+  }
 
   /**
    * One run at a time: a call during a run gets that run's result. A run already cancelled is
@@ -102,6 +113,7 @@ export class PolicyStopProcedure implements StopProcedure {
     if (hostLevel) this.o.machines.event('', 'normal', 'HostShutdownStarted', `${label}: stopping ${count(total, 'guest')} in ${count(groups.length, 'priority group')} within ${s.timeoutSec}s`);
     logger.info(`${label}: ${count(total, 'running guest')} in ${count(groups.length, 'group')}; bound ${s.timeoutSec}s`, { record: record.id, parallelism: s.parallelism });
     await this.persist(record);
+    this.events.emit('started', structuredClone(record));
 
     const entry = (g: PlannedGuest) => record.machines.find((m) => m.domain === g.domain)!;
     const coordinator = new StopCoordinator({
@@ -125,7 +137,7 @@ export class PolicyStopProcedure implements StopProcedure {
           record.groups[i]!.finishedAt = clock.now();
           await this.persist(record);
         },
-        progress: (p) => this.o.onProgress?.({ ...p, kind }),
+        progress: (p) => this.events.emit('progress', { ...p, kind }),
       },
     });
     if (active) await coordinator.run(groups, startedAt, runDeadlineAt);
@@ -135,7 +147,7 @@ export class PolicyStopProcedure implements StopProcedure {
     const summary = summarize(record);
     logger.info(`${label} ${record.result} in ${((record.finishedAt - startedAt) / 1000).toFixed(1)}s: ${summary}`, { record: record.id });
     if (hostLevel) this.o.machines.event('', 'normal', 'HostShutdownCompleted', `${label} ${record.result}: ${summary}`);
-    this.o.onRunEnded?.(structuredClone(record));
+    this.events.emit('ended', structuredClone(record));
     return structuredClone(record);
   }
 

@@ -44,13 +44,17 @@ async function setup() {
     hypervisor: h.hv, clock: h.clock, logger: silentLogger, machines: h.agent.records, records, stateDir: '/state',
     settings: () => ({ ...c.hostShutdown, retryIntervalMs: 5000 }),
     maxConcurrentSaves: 1, destroyTimeoutMs: 3000,
-    onProgress: (p) => void progress.push(p),
   });
+  const started: ShutdownRecord[] = [];
+  const ended: ShutdownRecord[] = [];
+  procedure.events.on('progress', (p) => void progress.push(p));
+  procedure.events.on('started', (r) => void started.push(r));
+  procedure.events.on('ended', (r) => void ended.push(r));
   // As the handler does: the reconciler stops, so guests that go off stay off.
   h.agent.enterShutdown('host-shutdown');
   const eventsFrom = h.service.events().length;
   const events = () => h.service.events().slice(eventsFrom).map((e) => `${e.machine || '(host)'} ${e.reason}`);
-  return { procedure, records, written, progress, events };
+  return { procedure, records, written, progress, events, started, ended };
 }
 
 async function finish<T>(p: Promise<T>): Promise<T> {
@@ -156,9 +160,11 @@ describe('policy stop procedure', () => {
     expect(b.machines.map((m) => m.machine)).toEqual(['mid', 'low']); // top was saved by the first run
   });
 
-  it('reports its progress with its kind', async () => {
-    const { procedure, progress } = await setup();
-    await finish(procedure.run({ kind: 'host-shutdown' }));
+  it('announces start, progress (with its kind) and end', async () => {
+    const { procedure, progress, started, ended } = await setup();
+    const r = await finish(procedure.run({ kind: 'host-shutdown' }));
+    expect(started.map((x) => [x.id, x.result])).toEqual([[r.id, 'in-progress']]);
+    expect(ended).toEqual([r]);
     expect(progress[0]).toMatchObject({ kind: 'host-shutdown', group: 1, groups: 3, minPriority: 500 });
     expect(progress.at(-1)).toMatchObject({ group: 3, finished: 3, total: 3 });
   });
