@@ -273,8 +273,13 @@ export class Reconciler {
     if (this.o.startGate.held) return void this.kick(name); // the pass shows why it waits
     try {
       const state = await this.o.hypervisor.domainState(record.domainName);
-      // Gone or already up: an ordinary pass knows what to do with that.
-      if (state === undefined || isDomainActive(state)) return void this.kick(name);
+      if (state === undefined) {
+        await this.confirmMissing(record); // undefined by hand while it waited: define it again
+      } else if (isDomainActive(state)) {
+        // Started outside while it waited: told to the observer, so the pass sees it up and does not ask again.
+        this.o.observer().noteState(record.domainName, state);
+        return void this.kick(name);
+      }
       if (!(await this.mayActOn(record)) || !this.stillWantsStart(name)) return;
       if (this.o.startGate.held) return void this.kick(name);
       await this.begin(record);
