@@ -65,8 +65,8 @@ export class Reconciler {
   private readonly orphans: OrphanReporter;
   private readonly starts: StartQueue;
   private readonly starter: GuestStarter;
-  /** Ends the collection of the restore that start() began, at the first resync after it. */
-  private endStartupCollection: (() => void) | undefined;
+  /** Ends the collections of restores begun (agent start, undrain), at the first resync that sees libvirt. */
+  private collectionEnds: Array<() => void> = [];
   private running = false;
 
   constructor(private readonly o: ReconcilerOptions) {
@@ -100,7 +100,7 @@ export class Reconciler {
     if (this.running) return;
     this.running = true;
     // After a boot every guest is off while its record says power on: start them in order.
-    this.endStartupCollection = this.starts.beginRestore();
+    this.collectionEnds.push(this.starts.beginRestore());
     this.resync.start();
   }
 
@@ -112,7 +112,7 @@ export class Reconciler {
     this.running = false;
     this.resync.stop();
     this.starts.stop();
-    this.endStartupCollection = undefined;
+    this.collectionEnds = [];
     this.retryTimers.cancelAll();
     this.restarts.forgetSightings();
   }
@@ -139,16 +139,20 @@ export class Reconciler {
   /** Every machine, as after start-up or a reconnect. */
   resyncAll(): Promise<void> {
     const all = Promise.all(this.o.records.list().map((r) => this.kick(r.name))).then(() => undefined);
-    const endCollection = this.endStartupCollection;
-    this.endStartupCollection = undefined;
-    if (endCollection) void all.finally(endCollection);
+    // Only a resync that can see libvirt collects a restore: one while it is still away (at boot
+    // libvirtd may come up after the agent) looks at nothing.
+    if (this.o.observer().isConnected && this.collectionEnds.length > 0) {
+      const ends = this.collectionEnds.splice(0);
+      void all.finally(() => ends.forEach((end) => end()));
+    }
     return all;
   }
 
   /** The gate was released (undrain): every machine to start is collected, then started in order. */
   private restoreAll(): void {
-    const endCollection = this.starts.beginRestore();
-    void this.resyncAll().finally(endCollection);
+    if (!this.running) return; // start() begins one anyway
+    this.collectionEnds.push(this.starts.beginRestore());
+    void this.resyncAll();
   }
 
   /** The gate was held: starts not yet begun wait, and each machine shows why (those in flight finish). */

@@ -77,6 +77,20 @@ describe('restore after boot: order', () => {
     for (const g of FIVE) expect(h.reasons(g.name)).toEqual(['Started']);
   });
 
+  it('libvirt comes up after the agent (resyncs ran while it was away): still in order', async () => {
+    await machinesBeforeBoot(FIVE, (c) => {
+      restoreConfig(1, 0)(c);
+      c.machines.resyncIntervalSec = 5;
+    });
+    h.hv.setAvailable(false);
+    await h.restart();
+    await h.advance(12_000); // two resyncs, libvirt away
+    const from = h.hv.calls.length;
+    h.hv.setAvailable(true);
+    await h.advanceUntil(allRunning(FIVE.map((g) => g.name)), 20_000);
+    expect(startOrder(from)).toEqual(FIVE_IN_ORDER);
+  });
+
   it('a machine whose power is off stays off; the others start', async () => {
     await machinesBeforeBoot([{ name: 'on-1', startPriority: 1 }, { name: 'off-1', startPriority: 999, power: 'off' }], restoreConfig(4, 0));
     const from = h.hv.calls.length;
