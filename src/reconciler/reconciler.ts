@@ -398,10 +398,10 @@ export class Reconciler {
     const delay = this.backoff.fail(name);
     const message = err instanceof RestoreFailure ? err.message : describeError(err);
     const first = this.backoff.failureCount(name) === 1;
-    const reason = err instanceof RestoreFailure ? 'RestoreFailed' : 'ReconcileFailed';
+    const restore = err instanceof RestoreFailure;
     // A refused saved state is set aside, so its RestoreFailed comes once even amid other failures.
-    const restoreWarning = err instanceof RestoreFailure && err.setAside;
-    if (first || restoreWarning) this.o.records.event(name, 'warning', reason, `${message} (retrying with backoff)`);
+    if (restore && (first || err.setAside)) this.o.records.event(name, 'warning', 'RestoreFailed', `${message} (retrying with backoff)`);
+    else if (first) this.o.records.event(name, 'warning', 'ReconcileFailed', `${message} (retrying with backoff)`);
     else this.o.logger.debug(`${name}: reconcile failed again: ${message}; next try in ${delay} ms`);
     await this.o.records
       .update(name, (r) => {

@@ -21,6 +21,9 @@ export const EVENT_MESSAGE_IDS: Readonly<Record<string, string>> = {
   ForceStopped: 'f510dac678996d2afd18ec2cd8b397f2',
   CleanupFailed: '15156d8998c200a1f63d36472ed82819',
   Deleted: '372f0ba464e1dc9c6588bd478e5f9dfe',
+  Restored: 'cfea175a86234ed28df03ac803b87f00',
+  RestoreFailed: '290f6e74383345beba7201df7b72b210',
+  SavedStateDiscarded: 'aacee927ff5646659fc1202bed73e67b',
 };
 
 /** The id of an event reason, or undefined for a reason the table does not list. */
