@@ -132,6 +132,7 @@ export class Reconciler {
         await this.reconcile(name);
       }),
     );
+    // KeyedLock runs the work a microtask later at the earliest, so this entry is in before the pass removes it.
     this.queued.set(name, pass);
     return pass;
   }
