@@ -19,6 +19,7 @@ import { MachineService } from './service/machine-service.js';
 import { DomainObserver } from './domains/domain-observer.js';
 import { DomainProvisioner } from './domains/domain-provisioner.js';
 import { DomainOwnership } from './domains/domain-ownership.js';
+import { SavedStates } from './domains/saved-states.js';
 import { Reconciler } from './reconciler/reconciler.js';
 import { StartGate } from './reconciler/start-gate.js';
 import { Sweeper } from './sweeper/sweeper.js';
@@ -107,6 +108,9 @@ export class Agent {
       resyncIntervalMs: m.resyncIntervalSec * 1000,
       defaultGracePeriodSec: m.defaultGracePeriodSec,
       handOff: (name) => void this.sweeper.kick(name),
+      startGate: this.startGate,
+      savedStates: new SavedStates(disks, config.stateDir),
+      startOrder: { parallelism: config.restore.parallelism, delayMs: config.restore.delaySec * 1000 },
     });
     this.sweeper = new Sweeper({
       ...loopParts,

@@ -26,6 +26,9 @@ export const EVENT_MESSAGE_IDS: Readonly<Record<string, string>> = {
   Saved: '2c3079b3ca664618a5f29b669dd77b67',
   SaveFailed: 'cba1ee70ebab4864bdbe1a4599cd05fc',
   StopFailed: '3ef6c860f8cb41a18d0b5d5ceb373fe4',
+  Restored: 'cfea175a86234ed28df03ac803b87f00',
+  RestoreFailed: '290f6e74383345beba7201df7b72b210',
+  SavedStateDiscarded: 'aacee927ff5646659fc1202bed73e67b',
 };
 
 /** The id of an event reason, or undefined for a reason the table does not list. */
