@@ -223,7 +223,7 @@ describe('the StartGate', () => {
 /** Saves a running machine's guest as a "save" host shutdown does, with the file on the fake disks. */
 async function saveGuest(name: string): Promise<string> {
   const file = savedStateFile(h.config.stateDir, name);
-  await h.hv.saveDomain(dom(name), file);
+  await h.hv.saveDomain(dom(name), file, 10_000);
   h.disks.putFile(file);
   return file;
 }
