@@ -207,6 +207,25 @@ describe('the StartGate', () => {
     for (const name of ['low', 'high', 'mid', 'new']) expect(h.service.get(name).status.message).toBe('');
   });
 
+  it('released while libvirt is away: the restore is collected once it is back, still in order', async () => {
+    h = await new Harness({ config: (c) => {
+      restoreConfig(1, 0)(c);
+      c.machines.resyncIntervalSec = 5;
+    } }).start();
+    for (const g of FIVE) await h.createRunning(g.name, spec({ startPriority: g.startPriority ?? 0 }));
+    h.agent.startGate.hold(HELD);
+    for (const g of FIVE) h.hv.setState(dom(g.name), 'shutoff');
+    await h.advance(2000);
+    h.hv.setAvailable(false);
+    await h.advance(2000);
+    h.agent.startGate.release();
+    await h.advance(12_000); // resyncs while libvirt is away
+    const from = h.hv.calls.length;
+    h.hv.setAvailable(true);
+    await h.advanceUntil(allRunning(FIVE.map((g) => g.name)), 20_000);
+    expect(startOrder(from)).toEqual(FIVE_IN_ORDER);
+  });
+
   it('held while a restore waits: the waiting starts are dropped, the one in flight finishes', async () => {
     await machinesBeforeBoot([{ name: 'first', startPriority: 2 }, { name: 'second', startPriority: 1 }], restoreConfig(1, 30));
     await h.restart();
