@@ -47,6 +47,8 @@ export interface ReconcilerOptions {
 export interface ReconcilerStats {
   /** Reconcile passes run (one machine each), to prove that a settled machine costs none. */
   passes: number;
+  /** Periodic resyncs run, to prove a restart of the loop never doubles it. */
+  resyncs: number;
 }
 
 /**
@@ -55,7 +57,7 @@ export interface ReconcilerStats {
  * status.state true to what libvirt reports. Never touches a domain that is not ours.
  */
 export class Reconciler {
-  readonly stats: ReconcilerStats = { passes: 0 };
+  readonly stats: ReconcilerStats = { passes: 0, resyncs: 0 };
   private readonly backoff = new Backoff();
   private readonly queued = new Map<string, Promise<void>>();
   private readonly retryTimers: KeyedTimers;
@@ -73,7 +75,7 @@ export class Reconciler {
     this.limiter = new Semaphore(o.concurrency ?? 8);
     this.retryTimers = new KeyedTimers(o.clock);
     this.restarts = new RestartSchedule(o.clock);
-    this.resync = new PeriodicTask(o.clock, o.resyncIntervalMs, () => this.resyncAll(),
+    this.resync = new PeriodicTask(o.clock, o.resyncIntervalMs, () => this.resyncUnsettled(),
       (err) => o.logger.error(`resync failed: ${describeError(err)}`));
     this.orphans = new OrphanReporter({
       hasRecord: (domainName) => this.recordOf(domainName) !== undefined,
@@ -147,6 +149,30 @@ export class Reconciler {
       void all.finally(() => ends.forEach((end) => end()));
     }
     return all;
+  }
+
+  /**
+   * The periodic safety net: every machine the latest listing does not show as settled. A
+   * settled one's pass would change nothing, and 10,000 of them cost a promise, a lock and a
+   * garbage collection each time (issue 12: idle CPU).
+   */
+  private resyncUnsettled(): Promise<void> {
+    this.stats.resyncs++;
+    if (this.collectionEnds.length > 0) return this.resyncAll();
+    const observer = this.o.observer();
+    const due = this.o.records.list().filter((r) => !this.isSettled(r, observer));
+    return Promise.all(due.map((r) => this.kick(r.name))).then(() => undefined);
+  }
+
+  /** Record and listing agree, nothing pending: exactly the machines whose pass only confirms a state. */
+  private isSettled(r: MachineRecord, observer: DomainObserver): boolean {
+    if (!observer.isConnected || isShuttingDown(r) || r.status.message !== '') return false;
+    if (this.backoff.failureCount(r.name) > 0 || this.starts.has(r.name) || this.queued.has(r.name)) return false;
+    const domain = observer.domain(r.domainName);
+    if (!domain) return false;
+    const active = isDomainActive(domain.state);
+    if (r.spec.power === 'on') return active && r.status.state === 'running' && this.restarts.wasSeenRunning(r.name);
+    return !active && r.status.state === 'stopped';
   }
 
   /** The gate was released (undrain): every machine to start is collected, then started in order. */
