@@ -6,6 +6,9 @@ import { type Config, specLimitsFrom } from './config/config.js';
 import { connectBus, onBusLost } from './dbus/bus-address.js';
 import { buildAuthorizer } from './dbus/authorization/build-authorizer.js';
 import { BUS_NAME, DBusService } from './dbus/dbus-service.js';
+import { DrainController } from './drain/drain-controller.js';
+import { DrainStateFile } from './drain/drain-state-file.js';
+import { hostApi } from './drain/host-api.js';
 import { SystemBusHostPlatform } from './hostshutdown/host-platform.js';
 import { HostShutdownHandler, type StopCause } from './hostshutdown/host-shutdown-handler.js';
 import { summarize } from './hostshutdown/policy-stop-procedure.js';
@@ -19,7 +22,7 @@ import { systemClock } from './lifecycle/clock.js';
 import { PartSequence } from './lifecycle/part-sequence.js';
 import type { Logger } from './logging/logger.js';
 import { describeError } from './machine/errors.js';
-import { eventsDir, recordJournalFile, recordsDir, shutdownRecordsDir } from './machine/paths.js';
+import { drainStateFile, eventsDir, recordJournalFile, recordsDir, shutdownRecordsDir } from './machine/paths.js';
 import { SegmentFiles } from './events/segment-files.js';
 import { FileMachineStore } from './store/file-store.js';
 import { StoredRecordValidator } from './store/record-validation.js';
@@ -54,6 +57,7 @@ export class Daemon {
   private readonly agent: Agent;
   private readonly status: StatusReporter;
   private readonly hostShutdown: HostShutdownHandler;
+  private readonly drain: DrainController;
   private readonly parts: PartSequence;
   private bus: MessageBus | undefined;
   private disconnecting = false;
@@ -90,6 +94,15 @@ export class Daemon {
       maxConcurrentSaves: Math.max(1, hypervisor.callSlots - 1),
     });
     const agent = this.agent;
+    this.drain = new DrainController({
+      file: new DrainStateFile(drainStateFile(config.stateDir)),
+      gate: agent.startGate,
+      stopProcedure: agent.stopProcedure,
+      events: { record: (type, reason, message, actor) => agent.records.event('', type, reason, message, actor), flushed: () => agent.journal.flushed() },
+      agent: agent.service,
+      clock,
+      logger,
+    });
     this.status = new StatusReporter({ api: agent.service, notifier: this.notifier, clock, lastSweepAt: () => agent.sweeper.lastSweepAt });
     agent.stopProcedure.events.on('progress', (p) => this.status.stopProgress(p, stopAllowanceMs));
     // After a drain the host stays up: its progress line goes. A stop's stays until the exit.
@@ -108,10 +121,18 @@ export class Daemon {
     // STATUS= and the watchdog still serve the guest shutdowns it may run.
     this.parts = new PartSequence([
       // Reads are served from the loaded records while libvirt is first polled and reconciled.
-      { name: 'machine records', start: () => agent.load() },
+      // A persisted drain holds the start gate before the reconciler's first pass.
+      { name: 'machine records', start: async () => {
+        await agent.load();
+        await this.drain.restore();
+      } },
       { name: 'D-Bus connection', start: () => this.connect(), stop: () => this.disconnect() },
       { name: 'D-Bus service', start: () => this.dbus!.start(), stop: () => this.dbus!.stop() },
-      { name: 'agent', start: () => agent.watch(), stop: () => agent.stop() },
+      { name: 'agent', start: () => agent.watch(), stop: async () => {
+        // A drain's run ends before libvirt closes; the drain itself stays persisted.
+        await this.drain.stop();
+        await agent.stop();
+      } },
       { name: 'status', start: () => this.status.start(), stop: () => this.status.stop() },
       { name: 'watchdog', start: () => this.startWatchdog(), stop: () => this.watchdog?.stop() },
       { name: 'host shutdown', start: () => this.hostShutdown.start(), stop: () => this.stopHostShutdown() },
@@ -165,7 +186,7 @@ export class Daemon {
     const bus = await connectBus(this.o.config.bus);
     this.bus = bus;
     const authorizer = buildAuthorizer(this.o.config.authorization, bus, this.clock, this.logger);
-    this.dbus = new DBusService({ bus, api: this.agent.service, logger: this.logger, authorizer });
+    this.dbus = new DBusService({ bus, api: this.agent.service, logger: this.logger, authorizer, host: hostApi(this.drain, this.agent.shutdownRecords) });
     onBusLost(bus, (reason) => {
       if (!this.stopping && !this.disconnecting) this.o.onBusLost(reason);
     });
