@@ -157,8 +157,9 @@ export class DrainController {
   /**
    * The agent stops (its libvirt connection closes next): the run is cancelled, and the drain,
    * still persisted as draining, is finished after the restart. A host shutdown is not a reason:
-   * the stop procedure runs one run at a time, so a host shutdown during a drain joins the drain's
-   * run, which stops every guest by the same policy, within a bound that began earlier.
+   * it joins the drain's run (the stop procedure runs one at a time), which stops every guest by
+   * the same policy within a bound that began earlier; cancelling it would only make the host
+   * shutdown wait for its in-flight saves to end (a save cannot be aborted) and start over.
    */
   async stop(): Promise<void> {
     const run = this.run;
