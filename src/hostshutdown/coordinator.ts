@@ -132,7 +132,7 @@ export class StopCoordinator {
     logger.info(`${this.label}: group ${index + 1}/${groups.length} (priority >= ${group.minPriority}, budget ${group.budgetSec}s): ${guests.map((g) => `${g.guest.machine} (${g.guest.action})`).join(', ')}`);
     for (const g of guests) {
       if (g.guest.action === 'force') this.destroy(g, startedAt, 'force: destroyed at once');
-      else if (g.guest.action === 'save') this.save(g, startedAt, deadline);
+      else if (g.guest.action === 'save') this.save(g, startedAt, runDeadlineAt);
     }
     const open = () => guests.filter((g) => g.mode !== 'done');
     let budgetSpent = false;
@@ -215,14 +215,15 @@ export class StopCoordinator {
     });
   }
 
-  private save(g: GuestRun, startedAt: number, deadline: number): void {
+  private save(g: GuestRun, startedAt: number, runDeadlineAt: number): void {
     g.mode = 'saving';
     void this.saves.run(async () => {
       if (g.mode !== 'saving' || this.o.signal?.aborted) return;
       const file = this.o.savedStateFile(g.guest.machine);
-      // Longer than the budget left: our destroy at the budget end must come before libvirt's
-      // timeout, or the adapter counts the call stuck and refuses every later call.
-      const timeoutMs = Math.max(0, deadline - this.o.clock.now()) + this.destroyTimeoutMs + this.saveMarginMs;
+      // Past the whole run's bound, not just the group's: our destroy at the budget end comes
+      // first, and a save whose disk stalls (it never returns, even once destroyed) must not be
+      // counted stuck by the adapter while later groups still need libvirt.
+      const timeoutMs = Math.max(0, runDeadlineAt - this.o.clock.now()) + this.destroyTimeoutMs + this.saveMarginMs;
       const began = this.o.clock.now();
       try {
         await withCallTimeout(this.o.clock, timeoutMs + 1000, 'saveDomain', () => this.o.hypervisor.saveDomain(g.guest.domain, file, timeoutMs));
