@@ -7,6 +7,9 @@ import { withCallTimeout } from '../hypervisor/libvirt/call-timeout.js';
 import { decideShutdownStep } from '../domains/shutdown-policy.js';
 import type { PlannedGroup, PlannedGuest } from './stop-plan.js';
 import type { GuestResult } from './stop-procedure.js';
+import type { StopListener } from './stop-listener.js';
+
+export type { GuestOutcome, StopListener, StopProgress } from './stop-listener.js';
 
 // Runs a stop plan group by group. Each group has its budget and ends early once all its guests
 // are off. Per guest: force = destroy at once; shutdown = ACPI, resent every retry interval
@@ -39,39 +42,6 @@ export interface StopCoordinatorOptions {
   listener: StopListener;
   /** Opens every log line: "host shutdown", "service stop", "drain". */
   label?: string;
-}
-
-export interface GuestOutcome {
-  result: GuestResult;
-  /** Milliseconds from the start of the run. */
-  afterMs: number;
-  detail: string;
-}
-
-export interface StopProgress {
-  /** 1-based index of the group under way, and how many groups the run has. */
-  group: number;
-  groups: number;
-  minPriority: number;
-  guestsInGroup: number;
-  runningInGroup: number;
-  groupDeadlineAt: number;
-  runDeadlineAt: number;
-  /** Guests whose result is known, over the whole run: grows as guests go off. */
-  finished: number;
-  total: number;
-}
-
-/** What happens during a run, as it happens. */
-export interface StopListener {
-  groupStarted(index: number, deadlineAt: number): void;
-  /** The first ACPI request went out (also after a failed save). */
-  shutdownRequested(guest: PlannedGuest): void;
-  saveFailed(guest: PlannedGuest, why: string): void;
-  finished(guest: PlannedGuest, outcome: GuestOutcome): void;
-  /** Awaited before the next group begins (the record is persisted here). */
-  groupEnded(index: number): Promise<void>;
-  progress(p: StopProgress): void;
 }
 
 type Mode = 'acpi' | 'saving' | 'destroying' | 'done';
