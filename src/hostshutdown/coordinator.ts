@@ -7,6 +7,9 @@ import { withCallTimeout } from '../hypervisor/libvirt/call-timeout.js';
 import { decideShutdownStep } from '../domains/shutdown-policy.js';
 import type { PlannedGroup, PlannedGuest } from './stop-plan.js';
 import type { GuestResult } from './stop-procedure.js';
+import type { StopListener } from './stop-listener.js';
+
+export type { GuestOutcome, StopListener, StopProgress } from './stop-listener.js';
 
 // Runs a stop plan group by group. Each group has its budget and ends early once all its guests
 // are off. Per guest: force = destroy at once; shutdown = ACPI, resent every retry interval
@@ -39,39 +42,6 @@ export interface StopCoordinatorOptions {
   listener: StopListener;
   /** Opens every log line: "host shutdown", "service stop", "drain". */
   label?: string;
-}
-
-export interface GuestOutcome {
-  result: GuestResult;
-  /** Milliseconds from the start of the run. */
-  afterMs: number;
-  detail: string;
-}
-
-export interface StopProgress {
-  /** 1-based index of the group under way, and how many groups the run has. */
-  group: number;
-  groups: number;
-  minPriority: number;
-  guestsInGroup: number;
-  runningInGroup: number;
-  groupDeadlineAt: number;
-  runDeadlineAt: number;
-  /** Guests whose result is known, over the whole run: grows as guests go off. */
-  finished: number;
-  total: number;
-}
-
-/** What happens during a run, as it happens. */
-export interface StopListener {
-  groupStarted(index: number, deadlineAt: number): void;
-  /** The first ACPI request went out (also after a failed save). */
-  shutdownRequested(guest: PlannedGuest): void;
-  saveFailed(guest: PlannedGuest, why: string): void;
-  finished(guest: PlannedGuest, outcome: GuestOutcome): void;
-  /** Awaited before the next group begins (the record is persisted here). */
-  groupEnded(index: number): Promise<void>;
-  progress(p: StopProgress): void;
 }
 
 type Mode = 'acpi' | 'saving' | 'destroying' | 'done';
@@ -132,7 +102,7 @@ export class StopCoordinator {
     logger.info(`${this.label}: group ${index + 1}/${groups.length} (priority >= ${group.minPriority}, budget ${group.budgetSec}s): ${guests.map((g) => `${g.guest.machine} (${g.guest.action})`).join(', ')}`);
     for (const g of guests) {
       if (g.guest.action === 'force') this.destroy(g, startedAt, 'force: destroyed at once');
-      else if (g.guest.action === 'save') this.save(g, startedAt, deadline);
+      else if (g.guest.action === 'save') this.save(g, startedAt, runDeadlineAt);
     }
     const open = () => guests.filter((g) => g.mode !== 'done');
     let budgetSpent = false;
@@ -215,14 +185,15 @@ export class StopCoordinator {
     });
   }
 
-  private save(g: GuestRun, startedAt: number, deadline: number): void {
+  private save(g: GuestRun, startedAt: number, runDeadlineAt: number): void {
     g.mode = 'saving';
     void this.saves.run(async () => {
       if (g.mode !== 'saving' || this.o.signal?.aborted) return;
       const file = this.o.savedStateFile(g.guest.machine);
-      // Longer than the budget left: our destroy at the budget end must come before libvirt's
-      // timeout, or the adapter counts the call stuck and refuses every later call.
-      const timeoutMs = Math.max(0, deadline - this.o.clock.now()) + this.destroyTimeoutMs + this.saveMarginMs;
+      // Past the whole run's bound, not just the group's: our destroy at the budget end comes
+      // first, and a save whose disk stalls (it never returns, even once destroyed) must not be
+      // counted stuck by the adapter while later groups still need libvirt.
+      const timeoutMs = Math.max(0, runDeadlineAt - this.o.clock.now()) + this.destroyTimeoutMs + this.saveMarginMs;
       const began = this.o.clock.now();
       try {
         await withCallTimeout(this.o.clock, timeoutMs + 1000, 'saveDomain', () => this.o.hypervisor.saveDomain(g.guest.domain, file, timeoutMs));

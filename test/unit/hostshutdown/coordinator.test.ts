@@ -144,7 +144,7 @@ describe('stop coordinator', () => {
     expect(hv.savedStates.size).toBe(0);
   });
 
-  it('a save still running at the budget end is destroyed (which aborts it); libvirt was given longer than the budget', async () => {
+  it('a save still running at the budget end is destroyed (which aborts it); libvirt was given longer than the whole run', async () => {
     const { clock, hv, outcomes, run } = setup([{ minPriority: 0, budgetSec: 10, guests: [{ name: 's', action: 'save', saveDelayMs: 60_000 }] }]);
     const p = run();
     await clock.advance(5000);
@@ -155,8 +155,8 @@ describe('stop coordinator', () => {
     expect(outcomes.get('s')!.afterMs).toBeLessThan(10_600);
     expect(hv.saving('vmkeeper-s')).toBe(false);
     expect(hv.savedStates.size).toBe(0);
-    // The budget left (10 s) + one destroy (3 s) + the margin (5 s): our destroy comes first.
-    expect(hv.saveTimeouts).toEqual([18_000]);
+    // The run's bound left (120 s) + one destroy (3 s) + the margin (5 s): our destroy comes first.
+    expect(hv.saveTimeouts).toEqual([128_000]);
   });
 
   it('saves are bounded (a call slot stays free): the destroys at the budget end still go through', async () => {

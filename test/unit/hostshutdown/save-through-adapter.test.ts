@@ -54,10 +54,10 @@ function nativeFake(clock: FakeClock, names: string[], saveMs: number) {
 
 describe('saves through the libvirt adapter', () => {
   it.each([
-    { saves: 1, want: { 'vmkeeper-a': 'forced', 'vmkeeper-b': 'forced' }, stuck: false },
-    // Both slots held by saves: the destroys never reach libvirt, and the saves outlive their timeout.
-    { saves: 2, want: { 'vmkeeper-a': 'failed', 'vmkeeper-b': 'failed' }, stuck: true },
-  ])('2 call slots, $saves saves at once: $want', async ({ saves, want, stuck }) => {
+    { saves: 1, want: { 'vmkeeper-a': 'forced', 'vmkeeper-b': 'forced' }, slotsFree: true },
+    // Both slots held by saves: the destroys at the budget end never reach libvirt.
+    { saves: 2, want: { 'vmkeeper-a': 'failed', 'vmkeeper-b': 'failed' }, slotsFree: false },
+  ])('2 call slots, $saves saves at once: $want', async ({ saves, want, slotsFree }) => {
     const clock = new FakeClock();
     const native = nativeFake(clock, ['vmkeeper-a', 'vmkeeper-b'], 60_000);
     const hv = new LibvirtHypervisor({ uri: 'test:///fake', callTimeoutMs: 3000, maxConcurrentCalls: 2, logger: silentLogger, clock, createNative: native.createNative });
@@ -78,14 +78,14 @@ describe('saves through the libvirt adapter', () => {
     for (let i = 0; i < 400 && !done; i++) await clock.advance(100);
     expect(done).toBe(true);
     expect(Object.fromEntries(Object.entries(outcomes).map(([k, o]) => [k, o.result]))).toEqual(want);
-    if (!stuck) {
+    if (slotsFree) {
       // Both were destroyed by 10 s + the destroys, well before a save could time out.
       expect(Object.values(outcomes).every((o) => o.afterMs < 14_000)).toBe(true);
       expect([...native.domains.values()].every((d) => !d.running)).toBe(true);
       await expect(hv.listDomains()).resolves.toHaveLength(2);
     } else {
-      await clock.advance(10_000); // past the saves' own timeout (10 + 3 + 5 s): counted stuck, later calls refused
-      await expect(hv.listDomains()).rejects.toThrow(/not attempted: \d+ earlier calls/);
+      for (const o of Object.values(outcomes)) expect(o.detail).toMatch(/^destroy failed: .*(call slots stayed busy|timed out)/);
+      expect([...native.domains.values()].every((d) => d.running)).toBe(true);
     }
   });
 });
