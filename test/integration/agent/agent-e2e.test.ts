@@ -170,6 +170,9 @@ describe('vmkeeperd over D-Bus on the libvirt test driver', () => {
   it('deletes gracefully and announces every step', async () => {
     const signals = await SignalRecorder.open(bus.address);
     const p = '/org/vmkeeper1/machine/db_2d1';
+    // The restart before this test gives the test driver fresh state: the agent defines db-1 again
+    // and starts it in its restore order. A graceful deletion is about a guest that runs.
+    await waitFor(async () => (await prop(p, 'State')) === 'running', { timeoutMs: 10_000, what: 'db-1 running again after the restart' });
     await call('DeleteMachineWithGracePeriod', 'su', ['db-1', 30]);
     await signals.waitFor((s) => s.member === 'MachineRemoved' && s.body[0] === 'db-1', { timeoutMs: 10_000 });
     await signals.waitFor((s) => s.member === 'InterfacesRemoved' && s.body[0] === p);
