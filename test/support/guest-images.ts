@@ -64,3 +64,38 @@ export async function waitForSerialLine(logFile: string, text: string, timeoutMs
   });
   return Date.now() - start;
 }
+
+/** What a guest's serial log says about its life: boots seen and the counter it prints each second. */
+export interface SerialProgress {
+  /** READY lines: one per boot of the guest's init (a resumed guest prints none). */
+  readyLines: number;
+  /** Kernel banners ("Linux version ..."): one per kernel boot. */
+  kernelBoots: number;
+  /** The TICK counter values in the order printed. */
+  ticks: number[];
+}
+
+export function serialProgress(text: string): SerialProgress {
+  const ticks: number[] = [];
+  let readyLines = 0;
+  let kernelBoots = 0;
+  for (const line of text.split('\n')) {
+    const tick = /VMKEEPER-GUEST TICK (\d+)\s*$/.exec(line);
+    if (tick) ticks.push(Number(tick[1]));
+    else if (/VMKEEPER-GUEST READY mode=/.test(line)) readyLines += 1;
+    else if (/Linux version \d/.test(line)) kernelBoots += 1;
+  }
+  return { readyLines, kernelBoots, ticks };
+}
+
+export async function readSerialProgress(logFile: string): Promise<SerialProgress> {
+  return serialProgress(await fs.readFile(logFile, 'utf8').catch(() => ''));
+}
+
+/** Waits until the guest's counter reaches at least `atLeast`; resolves with the last value seen. */
+export async function waitForTick(logFile: string, atLeast: number, timeoutMs: number): Promise<number> {
+  return waitFor(async () => {
+    const last = (await readSerialProgress(logFile)).ticks.at(-1) ?? 0;
+    return last >= atLeast ? last : 0;
+  }, { timeoutMs, intervalMs: 200, what: `TICK ${atLeast} in ${logFile}` });
+}
