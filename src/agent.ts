@@ -104,6 +104,7 @@ export class Agent {
       sweepIntervalMs: m.sweepIntervalSec * 1000,
       shutdownRetryIntervalMs: m.shutdownRetryIntervalSec * 1000,
     });
+    // Each poll asks only which domains run; every domain is listed on a change and at each resync.
     this.observer = new DomainObserver(hypervisor, clock, logger, m.pollIntervalMs, {
       onSnapshot: (snapshot, changed) => {
         this.reconciler.onSnapshot(snapshot, changed);
@@ -116,7 +117,7 @@ export class Agent {
           void this.sweeper.sweepOnce();
         }
       },
-    });
+    }, m.resyncIntervalSec * 1000);
   }
 
   /** Loads the records and starts watching libvirt. A dead libvirtd leaves the agent degraded, not down. */

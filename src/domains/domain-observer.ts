@@ -1,7 +1,7 @@
 import type { Clock, TimerHandle } from '../lifecycle/clock.js';
 import type { Logger } from '../logging/logger.js';
 import { describeError } from '../machine/errors.js';
-import type { DomainSummary, Hypervisor } from '../hypervisor/port.js';
+import { isDomainActive, type DomainSummary, type Hypervisor } from '../hypervisor/port.js';
 
 export type DomainSnapshot = ReadonlyMap<string, DomainSummary>;
 
@@ -12,11 +12,17 @@ export interface ObserverListener {
 }
 
 /**
- * Watches libvirt by polling: the binding has no lifecycle events, so one listing per tick tells
- * every domain's state at the cost of one call, however many machines there are.
+ * Watches libvirt by polling, since the binding has no lifecycle events. Each tick asks only which
+ * domains are active (a cost that follows the running domains, not the defined ones); the full
+ * listing of every domain and its state, and the snapshot listeners see, comes when that set
+ * changed, after a reconnect, and every fullListIntervalMs (a pause, or a domain defined or
+ * undefined while off, shows no change in the active set).
  */
 export class DomainObserver {
   private snapshot: Map<string, DomainSummary> = new Map();
+  /** The snapshot's active domains, against which each tick's active listing is compared. */
+  private activeNames = new Set<string>();
+  private lastFullAt = Number.NEGATIVE_INFINITY;
   private connected = false;
   private timer: TimerHandle | undefined;
   private stopped = true;
@@ -29,6 +35,7 @@ export class DomainObserver {
     private readonly logger: Logger,
     private readonly pollIntervalMs: number,
     private readonly listener: ObserverListener,
+    private readonly fullListIntervalMs = pollIntervalMs,
   ) {}
 
   get isConnected(): boolean {
@@ -55,6 +62,8 @@ export class DomainObserver {
   noteState(domainName: string, state: DomainSummary['state']): void {
     const known = this.snapshot.get(domainName);
     this.snapshot.set(domainName, { ...known, name: domainName, state });
+    if (isDomainActive(state)) this.activeNames.add(domainName);
+    else this.activeNames.delete(domainName);
   }
 
   /** Polls once now and then every interval. */
@@ -86,22 +95,34 @@ export class DomainObserver {
     let domains: DomainSummary[];
     try {
       if (!this.hypervisor.isConnected()) await this.hypervisor.connect();
+      if (!this.fullListingDue() && this.sameActiveSet(await this.hypervisor.listActiveDomainNames())) return;
       domains = await this.hypervisor.listDomains();
     } catch (err) {
       this.setConnected(false, describeError(err));
       return;
     }
+    this.lastFullAt = this.clock.now();
     this.setConnected(true);
     const next = new Map(domains.map((d) => [d.name, d]));
     const changed = new Set<string>();
     for (const [name, d] of next) if (this.snapshot.get(name)?.state !== d.state) changed.add(name);
     for (const name of this.snapshot.keys()) if (!next.has(name)) changed.add(name);
     this.snapshot = next;
+    this.activeNames = new Set(domains.filter((d) => isDomainActive(d.state)).map((d) => d.name));
     try {
       await this.listener.onSnapshot(next, changed);
     } catch (err) {
       this.logger.error(`handling a domain snapshot failed: ${describeError(err)}`);
     }
+  }
+
+  /** After a reconnect (the daemon may have changed anything) and every fullListIntervalMs. */
+  private fullListingDue(): boolean {
+    return !this.connected || this.clock.now() - this.lastFullAt >= this.fullListIntervalMs;
+  }
+
+  private sameActiveSet(active: readonly string[]): boolean {
+    return active.length === this.activeNames.size && active.every((name) => this.activeNames.has(name));
   }
 
   private setConnected(connected: boolean, reason?: string): void {

@@ -52,8 +52,13 @@ export interface Hypervisor {
   connect(): Promise<void>;
   close(): Promise<void>;
   isConnected(): boolean;
-  /** All domains whose names carry the agent's prefix, with their states: one cheap listing. */
+  /** All domains whose names carry the agent's prefix, with their states: the full listing. */
   listDomains(): Promise<DomainSummary[]>;
+  /**
+   * Names of the active (running or paused) domains carrying the prefix: the listing polled every
+   * tick, whose cost follows the running domains, not the defined ones. Throws when libvirt is gone.
+   */
+  listActiveDomainNames(): Promise<string[]>;
   /** Defines (or redefines) a persistent domain; returns its UUID. */
   defineDomain(description: DomainDescription): Promise<string>;
   /** Starts a defined domain; a running domain counts as started. */

@@ -67,6 +67,18 @@ export function runHypervisorContract(name: string, makeHypervisor: () => Promis
       expect(await stateOf(def.domainName)).toBe('shutoff');
     });
 
+    it('lists the active domains carrying the prefix by name, and no shut-off one', async () => {
+      const running = descriptionFor('up');
+      const off = descriptionFor('down');
+      await hv.defineDomain(running);
+      await hv.defineDomain(off);
+      expect(await hv.listActiveDomainNames()).toEqual([]);
+      await hv.startDomain(running.domainName);
+      expect(await hv.listActiveDomainNames()).toEqual([running.domainName]);
+      await hv.destroyDomain(running.domainName);
+      expect(await hv.listActiveDomainNames()).toEqual([]);
+    });
+
     it('counts a second start as done', async () => {
       const def = descriptionFor('twice');
       await hv.defineDomain(def);

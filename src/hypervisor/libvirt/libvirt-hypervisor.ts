@@ -110,6 +110,18 @@ export class LibvirtHypervisor implements Hypervisor {
     return [...summaries.values()].filter((d) => d.name.startsWith(DOMAIN_NAME_PREFIX));
   }
 
+  async listActiveDomainNames(): Promise<string[]> {
+    // The ID listing answers [] when libvirt fails, so a cheap call that does report a lost
+    // connection goes with it (nodeGetInfo: no DNS lookup as getHostname may do, no error logged
+    // by the daemon as a lookup of a missing domain would be).
+    const [ids] = await Promise.all([
+      this.call('connectListDomains', (n) => n.connectListDomains()),
+      this.call('nodeGetInfo', (n) => n.nodeGetInfo()),
+    ]);
+    const names = await this.namesOfIds(ids);
+    return names.filter((name) => name.startsWith(DOMAIN_NAME_PREFIX));
+  }
+
   /** Names of running domains by ID, cached: libvirt does not reuse an ID while the daemon runs. */
   private async namesOfIds(ids: number[]): Promise<string[]> {
     const known = new Map<number, string>();

@@ -14,6 +14,7 @@ export type FakeHypervisorOp =
   | 'connect'
   | 'close'
   | 'listDomains'
+  | 'listActiveDomainNames'
   | 'defineDomain'
   | 'startDomain'
   | 'shutdownDomain'
@@ -174,6 +175,13 @@ export class FakeHypervisor implements Hypervisor {
     return [...this.domains.values()]
       .filter((d) => d.name.startsWith(DOMAIN_NAME_PREFIX))
       .map((d) => ({ name: d.name, state: d.state }));
+  }
+
+  async listActiveDomainNames(): Promise<string[]> {
+    await this.enter('listActiveDomainNames');
+    return [...this.domains.values()]
+      .filter((d) => d.name.startsWith(DOMAIN_NAME_PREFIX) && d.state !== 'shutoff' && d.state !== 'crashed')
+      .map((d) => d.name);
   }
 
   async defineDomain(description: DomainDescription): Promise<string> {
