@@ -31,6 +31,8 @@ export interface AgentContainer {
   c: BootedContainer;
   sh(script: string, timeoutMs?: number): Promise<ExecResult>;
   busctl(args: string[]): Promise<ExecResult>;
+  /** A Manager method over the container's system bus; resolves with busctl's JSON "data" (throws on an error reply). */
+  managerCall(method: string, signature?: string, args?: Array<string | number>): Promise<unknown[]>;
   managerState(): Promise<string>;
   mainPid(): Promise<number>;
   /** CreateMachine with a 96 MiB test guest; `extra` adds spec fields (e.g. hostShutdownAction). */
@@ -132,6 +134,7 @@ export async function bootAgentContainer(o: AgentContainerOptions): Promise<Agen
     files: {
       '/opt/vmkeeper/package.json': await read('package.json'),
       '/usr/bin/vmkeeperd': { content: '#!/bin/sh\nexec /usr/local/bin/node /opt/vmkeeper/dist/main.js "$@"\n', mode: 0o755 },
+      '/usr/bin/vmkeeperctl': { content: '#!/bin/sh\nexec /usr/local/bin/node /opt/vmkeeper/dist/ctl/main.js "$@"\n', mode: 0o755 },
       '/etc/systemd/system/vmkeeperd.service': await read('systemd/vmkeeperd.service'),
       '/etc/systemd/system/vmkeeperd.service.d/test.conf': [
         '[Service]',
@@ -168,6 +171,11 @@ export async function bootAgentContainer(o: AgentContainerOptions): Promise<Agen
     c,
     sh,
     busctl,
+    async managerCall(method, signature = '', args = []) {
+      const r = await busctl(['--json=short', 'call', 'org.vmkeeper1', '/org/vmkeeper1', 'org.vmkeeper1.Manager', method, ...(signature ? [signature, ...args.map(String)] : [])]);
+      if (r.code !== 0) throw new Error(`${method}: ${r.stderr.trim()}`);
+      return (JSON.parse(r.stdout) as { data: unknown[] }).data;
+    },
     async managerState() {
       const r = await busctl(['get-property', 'org.vmkeeper1', '/org/vmkeeper1', 'org.vmkeeper1.Manager', 'State']);
       return r.code === 0 ? JSON.parse(r.stdout.trim().replace(/^s /, '')) as string : `error: ${r.stderr.trim()}`;
