@@ -209,7 +209,11 @@ describe.skipIf(!isRoot)('host lifecycle under systemd', () => {
       const m = record.machines.find((x) => x.machine === name);
       expect(m, `${name} in the record`).toMatchObject({ action: GUESTS[name].hostShutdownAction, priority: GUESTS[name].shutdownPriority, group: GUESTS[name].group, result: GUESTS[name].result });
     }
-    expect(record.finishedAt - record.startedAt).toBeLessThan(BOUND_SEC * 1000);
+    const runMs = record.finishedAt - record.startedAt;
+    expect(runMs).toBeLessThan(BOUND_SEC * 1000);
+    // Nothing else held the poweroff up (libvirtd's own delay lock, a stop timeout): the container
+    // went down a few seconds after the run, not at some later limit.
+    expect(poweroffMs).toBeLessThan(runMs + 5000);
 
     // vmkeeperctl shows the same record.
     const ctlList = await a.c.exec(['vmkeeperctl', 'shutdowns']);
@@ -224,7 +228,7 @@ describe.skipIf(!isRoot)('host lifecycle under systemd', () => {
     // systemd never had to kill the agent.
     const j = await a.c.journal('vmkeeperd');
     expect(j).not.toMatch(/vmkeeperd\.service: (State 'stop-sigterm' timed out|Killing process)/);
-    console.log(`host lifecycle under systemd: poweroff ${poweroffMs} ms (bound ${BOUND_SEC} s); record ${((record.finishedAt - record.startedAt) / 1000).toFixed(1)} s, ` +
+    console.log(`host lifecycle under systemd: poweroff ${poweroffMs} ms (bound ${BOUND_SEC} s); run ${(runMs / 1000).toFixed(1)} s, ` +
       `groups ${record.groups.map((g) => ((g.finishedAt - g.startedAt) / 1000).toFixed(1)).join(' / ')} s; ignorer destroyed ${destroyedAfter} ms into its group (budget ${GROUPS[2]!.budgetSec} s); ` +
       `saved state ${savedMiB.toFixed(1)} MiB; boot to every guest back ${backMs} ms; saver counter ${lastTick} -> ${resumed.ticks.at(-1)}`);
   }, 420_000);
