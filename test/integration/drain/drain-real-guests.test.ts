@@ -2,7 +2,7 @@ import { existsSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { savedStateFile } from '../../../src/machine/paths.js';
 import { busctlGetProperty } from '../../support/busctl.js';
-import { READY_LINE, readSerialProgress, waitForSerialLine, waitForTick } from '../../support/guest-images.js';
+import { bootedAgain, lastTick, READY_LINE, readSerialProgress, waitForSerialLine, waitForTick, whyNotResumed } from '../../support/guest-images.js';
 import { MANAGER, QemuRig } from '../../support/qemu-rig.js';
 import { waitFor } from '../../support/wait.js';
 
@@ -77,8 +77,8 @@ describe.skipIf(!isRoot)('drain and undrain on real qemu guests', () => {
     const drained = (await eventsSince(beforeDrain)).map(label);
     expectInOrder(drained, ['(host) DrainStarted', 'keeper Saved', 'plain ShutdownRequested', 'plain ShutdownCompleted', '(host) DrainCompleted']);
     expect(drained.filter((e) => /SaveFailed|ForceStopped|StopFailed/.test(e))).toEqual([]);
-    const beforeUndrain0 = await readSerialProgress(keeperLog);
-    const lastTick = beforeUndrain0.ticks.at(-1)!;
+    const keeperBefore = await lastTick(keeperLog);
+    const plainBefore = await lastTick(rig.serialLog('plain'));
 
     // The record of the drain.
     const list = (await rig.call('ListShutdownRecords')).data as [Array<[string, string, string, unknown, unknown]>];
@@ -97,7 +97,7 @@ describe.skipIf(!isRoot)('drain and undrain on real qemu guests', () => {
       timeoutMs: 60_000, intervalMs: 200, what: 'both guests running again',
     });
     await waitForSerialLine(rig.serialLog('plain'), READY_LINE('acpi'), 60_000);
-    await waitForTick(keeperLog, lastTick + 3, 30_000);
+    await waitForTick(keeperLog, keeperBefore.n + 3, 30_000);
     const undrainMs = Date.now() - undrain0;
     expect(await drainState()).toBe('none');
     const undrained = (await eventsSince(beforeUndrain)).map(label);
@@ -107,12 +107,9 @@ describe.skipIf(!isRoot)('drain and undrain on real qemu guests', () => {
     expect(undrained.filter((e) => /RestoreFailed|SavedStateDiscarded/.test(e))).toEqual([]);
 
     const resumed = await readSerialProgress(keeperLog);
-    expect(resumed.ticks, `keeper ticks after the undrain (last before: ${lastTick})`).toContain(lastTick + 1);
-    resumed.ticks.forEach((t, i) => i > 0 && expect(t).toBe(resumed.ticks[i - 1]! + 1));
-    expect(resumed.readyLines).toBeLessThanOrEqual(beforeUndrain0.readyLines);
-    expect(resumed.kernelBoots).toBeLessThanOrEqual(beforeUndrain0.kernelBoots);
-    expect((await readSerialProgress(rig.serialLog('plain'))).ticks[0]).toBe(1);
+    expect(whyNotResumed(keeperBefore, resumed)).toBeUndefined();
+    expect(bootedAgain(plainBefore, await readSerialProgress(rig.serialLog('plain'))), 'plain booted again').toBe(true);
     await waitFor(() => !existsSync(file), { timeoutMs: 10_000, what: 'the saved state removed after the restore' });
-    console.log(`drain on real guests: drained in ${drainMs} ms, back in ${undrainMs} ms; keeper counter ${lastTick} -> ${resumed.ticks.at(-1)}`);
+    console.log(`drain on real guests: drained in ${drainMs} ms, back in ${undrainMs} ms; keeper counter ${keeperBefore.n} -> ${resumed.ticks.at(-1)!.n}`);
   }, 240_000);
 });

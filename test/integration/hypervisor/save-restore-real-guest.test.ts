@@ -9,7 +9,7 @@ import { systemClock } from '../../../src/lifecycle/clock.js';
 import { silentLogger } from '../../../src/logging/logger.js';
 import { domainNameFor } from '../../../src/machine/names.js';
 import {
-  ensureGuestImages, LIBVIRT_CACHE_DIR, READY_LINE, serialProgress, waitForSerialLine, waitForTick, type GuestImages,
+  ensureGuestImages, LIBVIRT_CACHE_DIR, READY_LINE, serialProgress, waitForSerialLine, waitForTick, whyNotResumed, type GuestImages,
 } from '../../support/guest-images.js';
 import { startLibvirtd, type PrivateLibvirtd } from '../../support/libvirtd.js';
 import { waitFor } from '../../support/wait.js';
@@ -59,7 +59,8 @@ describe.skipIf(!canRunQemu)('save and restore of a real qemu guest through the 
     await hv.saveDomain(domain, file, 60_000);
     const saveMs = Date.now() - saveStart;
     expect(await hv.domainState(domain)).toBe('shutoff'); // stopped, still defined
-    const before = serialProgress(await readFile(serial, 'utf8'));
+    const beforeText = await readFile(serial, 'utf8');
+    const before = serialProgress(beforeText);
     const lastBefore = before.ticks.at(-1)!;
     expect(before.readyLines).toBe(1);
     const size = (await stat(file)).size;
@@ -68,16 +69,11 @@ describe.skipIf(!canRunQemu)('save and restore of a real qemu guest through the 
     await hv.restoreDomain(file, 60_000);
     const restoreMs = Date.now() - restoreStart;
     expect(await hv.domainState(domain)).toBe('running');
-    await waitForTick(serial, lastBefore + 3, 30_000);
+    await waitForTick(serial, lastBefore.n + 3, 30_000);
 
-    const after = serialProgress(await readFile(serial, 'utf8'));
-    // Whether qemu appends to the serial file or starts it anew, the counter never starts over
-    // and no boot is seen after the restore.
-    const resumedTicks = after.ticks.slice(after.ticks.indexOf(lastBefore) + 1);
-    expect(resumedTicks[0], `ticks after the restore: ${after.ticks.join(',')}`).toBe(lastBefore + 1);
-    for (let i = 1; i < after.ticks.length; i++) expect(after.ticks[i]).toBe(after.ticks[i - 1]! + 1);
-    expect(after.readyLines).toBeLessThanOrEqual(before.readyLines);
-    expect(after.kernelBoots).toBeLessThanOrEqual(before.kernelBoots);
+    const afterText = await readFile(serial, 'utf8');
+    const after = serialProgress(afterText);
+    expect(whyNotResumed(lastBefore, after), `serial log after the restore:\n${afterText.slice(-2000)}`).toBeUndefined();
     // The file stays: whoever restores deletes it.
     expect(existsSync(file)).toBe(true);
 
@@ -88,7 +84,7 @@ describe.skipIf(!canRunQemu)('save and restore of a real qemu guest through the 
     const acpiOffMs = Date.now() - offStart;
     expect(await readFile(serial, 'utf8')).toMatch(/VMKEEPER-GUEST POWER BUTTON: poweroff/);
     console.log(`save/restore (96 MiB TCG guest): save ${saveMs} ms, file ${(size / 1048576).toFixed(1)} MiB, restore ${restoreMs} ms, ` +
-      `ACPI off after restore ${acpiOffMs} ms; counter ${lastBefore} -> ${after.ticks.at(-1)}, serial log ${after.ticks[0] === 1 ? 'appended' : 'started anew'}`);
+      `ACPI off after restore ${acpiOffMs} ms; counter ${lastBefore.n} -> ${after.ticks.at(-1)!.n}, serial log ${afterText.startsWith(beforeText) ? 'appended' : 'started anew'}`);
 
     // A save that never finished: libvirt writes the header as "LibvirtQemudPart" and turns it
     // into "LibvirtQemudSave" only at the end. Put the file back into that state: no restore.
