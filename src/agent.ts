@@ -19,9 +19,12 @@ import { MachineService } from './service/machine-service.js';
 import { DomainObserver } from './domains/domain-observer.js';
 import { DomainProvisioner } from './domains/domain-provisioner.js';
 import { DomainOwnership } from './domains/domain-ownership.js';
+import { SavedStates } from './domains/saved-states.js';
 import { Reconciler } from './reconciler/reconciler.js';
 import { StartGate } from './reconciler/start-gate.js';
 import { Sweeper } from './sweeper/sweeper.js';
+import { PolicyStopProcedure } from './hostshutdown/policy-stop-procedure.js';
+import { ShutdownRecords } from './hostshutdown/shutdown-records.js';
 
 export const AGENT_VERSION = VERSION;
 
@@ -37,6 +40,10 @@ export interface AgentParts {
   images?: ImageChecker;
   /** Where the event journal persists; without it events live in memory only. */
   eventFiles?: SegmentFiles;
+  /** The persisted stop runs; without it they live in memory only. */
+  shutdownRecords?: ShutdownRecords;
+  /** Saves in flight at once during a stop run: below the hypervisor's call slots (default 1). */
+  maxConcurrentSaves?: number;
 }
 
 /** The agent's core, wired: everything except the process (signals, bus, sd_notify) around it. */
@@ -51,6 +58,10 @@ export class Agent {
   readonly ownership: DomainOwnership;
   /** Held while the host is drained: the reconciler starts no guest (reconciler/start-gate.ts). */
   readonly startGate = new StartGate();
+  /** Every stop and drain run, persisted (ShutdownRecordReader for D-Bus and vmkeeperctl). */
+  readonly shutdownRecords: ShutdownRecords;
+  /** Stops every guest by policy and priority: host shutdown, service stop, drain; `events` tells how a run goes. */
+  readonly stopProcedure: PolicyStopProcedure;
   private readonly logger: Logger;
 
   constructor(private readonly parts: AgentParts) {
@@ -97,12 +108,33 @@ export class Agent {
       resyncIntervalMs: m.resyncIntervalSec * 1000,
       defaultGracePeriodSec: m.defaultGracePeriodSec,
       handOff: (name) => void this.sweeper.kick(name),
+      startGate: this.startGate,
+      savedStates: new SavedStates(disks, config.stateDir),
+      startOrder: { parallelism: config.restore.parallelism, delayMs: config.restore.delaySec * 1000 },
     });
     this.sweeper = new Sweeper({
       ...loopParts,
       ownership: this.ownership,
       sweepIntervalMs: m.sweepIntervalSec * 1000,
       shutdownRetryIntervalMs: m.shutdownRetryIntervalSec * 1000,
+    });
+    this.shutdownRecords = parts.shutdownRecords ?? new ShutdownRecords({ logger });
+    this.stopProcedure = new PolicyStopProcedure({
+      hypervisor,
+      clock,
+      logger,
+      machines: this.records,
+      records: this.shutdownRecords,
+      stateDir: config.stateDir,
+      // Read at each run: a reload of these keys applies to the next one.
+      settings: () => ({
+        timeoutSec: config.hostShutdown.timeoutSec,
+        parallelism: config.hostShutdown.parallelism,
+        groups: config.hostShutdown.groups,
+        retryIntervalMs: config.machines.shutdownRetryIntervalSec * 1000,
+      }),
+      maxConcurrentSaves: parts.maxConcurrentSaves ?? 1,
+      destroyTimeoutMs: config.libvirt.callTimeoutSec * 1000,
     });
     // Each poll asks only which domains run; every domain is listed on a change and at each resync.
     this.observer = new DomainObserver(hypervisor, clock, logger, m.pollIntervalMs, {
@@ -132,6 +164,7 @@ export class Agent {
     await this.journal.open();
     const loaded = await this.parts.store.load();
     this.logger.info(`loaded ${loaded.records} machine records from ${recordsDir(this.parts.config.stateDir)}`);
+    await this.shutdownRecords.load();
   }
 
   /** Starts the loops and the first poll; the reconcile that poll triggers goes on in the background. */

@@ -6,9 +6,11 @@ import { type Config, specLimitsFrom } from './config/config.js';
 import { connectBus, onBusLost } from './dbus/bus-address.js';
 import { buildAuthorizer } from './dbus/authorization/build-authorizer.js';
 import { BUS_NAME, DBusService } from './dbus/dbus-service.js';
-import type { HostShutdownReport } from './hostshutdown/coordinator.js';
 import { SystemBusHostPlatform } from './hostshutdown/host-platform.js';
 import { HostShutdownHandler, type StopCause } from './hostshutdown/host-shutdown-handler.js';
+import { summarize } from './hostshutdown/policy-stop-procedure.js';
+import { ShutdownRecords } from './hostshutdown/shutdown-records.js';
+import type { ShutdownRecord } from './hostshutdown/stop-procedure.js';
 import { QemuImgDiskProvisioner } from './hypervisor/disk-provisioner.js';
 import { ImageGuard, qemuImgInspector } from './hypervisor/image-guard.js';
 import { LibvirtHypervisor } from './hypervisor/libvirt/libvirt-hypervisor.js';
@@ -17,7 +19,7 @@ import { systemClock } from './lifecycle/clock.js';
 import { PartSequence } from './lifecycle/part-sequence.js';
 import type { Logger } from './logging/logger.js';
 import { describeError } from './machine/errors.js';
-import { eventsDir, recordJournalFile, recordsDir } from './machine/paths.js';
+import { eventsDir, recordJournalFile, recordsDir, shutdownRecordsDir } from './machine/paths.js';
 import { SegmentFiles } from './events/segment-files.js';
 import { FileMachineStore } from './store/file-store.js';
 import { StoredRecordValidator } from './store/record-validation.js';
@@ -61,7 +63,7 @@ export class Daemon {
   private stopping: Promise<boolean> | undefined;
   private stopCause: StopCause = 'signal';
   /** What the stop did to the guests; "untouched" until the host-shutdown part has stopped. */
-  private guests: HostShutdownReport | 'untouched' | 'unknown' = 'untouched';
+  private guests: ShutdownRecord | 'untouched' | 'unknown' = 'untouched';
 
   constructor(private readonly o: DaemonOptions) {
     const { config, logger, env } = o;
@@ -71,29 +73,36 @@ export class Daemon {
     // Inspections are answered while a caller waits on the bus: a short deadline, unlike disk creation.
     const inspector = new QemuImg({ timeoutMs: 10_000, logger });
     const callTimeoutMs = config.libvirt.callTimeoutSec * 1000; // also bounds each destroy at host shutdown
+    const hypervisor = new LibvirtHypervisor({ uri: config.libvirt.uri, callTimeoutMs, logger, clock });
+    // What systemd and logind must allow past hostShutdown.timeoutSec: the destroys at the end, and our own stop.
+    const stopAllowanceMs = callTimeoutMs + 15_000;
     this.agent = new Agent({
       config,
       clock,
       logger,
       store: new FileMachineStore({ dir: recordsDir(config.stateDir), journalFile: recordJournalFile(config.stateDir), logger, validator: new StoredRecordValidator(specLimitsFrom(config)) }),
-      hypervisor: new LibvirtHypervisor({ uri: config.libvirt.uri, callTimeoutMs, logger, clock }),
+      hypervisor,
       disks: new QemuImgDiskProvisioner({ logger }),
       eventFiles: new SegmentFiles(eventsDir(config.stateDir), logger),
       images: new ImageGuard({ imageDirectories: config.imageDirectories, inspect: qemuImgInspector(inspector) }),
+      shutdownRecords: new ShutdownRecords({ dir: shutdownRecordsDir(config.stateDir), logger }),
+      // One libvirt call slot always stays free for the listings and the destroys at a budget end.
+      maxConcurrentSaves: Math.max(1, hypervisor.callSlots - 1),
     });
     const agent = this.agent;
     this.status = new StatusReporter({ api: agent.service, notifier: this.notifier, clock, lastSweepAt: () => agent.sweeper.lastSweepAt });
+    agent.stopProcedure.events.on('progress', (p) => this.status.stopProgress(p, stopAllowanceMs));
+    // After a drain the host stays up: its progress line goes. A stop's stays until the exit.
+    agent.stopProcedure.events.on('ended', (r) => r.kind === 'drain' && this.status.setOverride(undefined));
     this.hostShutdown = new HostShutdownHandler({
       // logind and systemd are asked only when systemd runs us (not in development or tests).
       platform: underSystemd(env) ? new SystemBusHostPlatform({ logger }) : undefined,
-      hypervisor: agent.hypervisor,
+      procedure: agent.stopProcedure,
       target: agent,
       clock,
       logger,
-      settings: () => ({ ...config.hostShutdown, retryIntervalMs: config.machines.shutdownRetryIntervalSec * 1000 }),
-      destroyTimeoutMs: callTimeoutMs,
-      // systemd waits for the destroys at the deadline, plus some slack for our own stop.
-      onProgress: (p) => this.status.hostShutdownProgress(p, callTimeoutMs + 15_000),
+      settings: () => config.hostShutdown,
+      stopAllowanceMs,
     });
     // Each part needs the ones before it; the host-shutdown part stops first, while the API,
     // STATUS= and the watchdog still serve the guest shutdowns it may run.
@@ -197,7 +206,7 @@ export class Daemon {
     this.guests = 'unknown';
     try {
       const outcome = await this.hostShutdown.onStop(this.stopCause);
-      this.guests = outcome.report ?? 'untouched';
+      this.guests = outcome.record ?? 'untouched';
     } finally {
       this.hostShutdown.close();
     }
@@ -215,7 +224,7 @@ export class Daemon {
     if (r !== 'unknown') {
       this.logger.info(r === 'untouched'
         ? 'stopped: guests left running'
-        : `stopped: ${r.cleanly} guests shut down cleanly, ${r.destroyed} destroyed, ${r.leftRunning} left running`);
+        : `stopped: ${summarize(r)}`);
     }
     return clean;
   }

@@ -4,205 +4,332 @@ import type { Logger } from '../logging/logger.js';
 import { describeError } from '../machine/errors.js';
 import { isDomainActive, type Hypervisor } from '../hypervisor/port.js';
 import { withCallTimeout } from '../hypervisor/libvirt/call-timeout.js';
-import { decideShutdownStep, type ShutdownStep } from '../domains/shutdown-policy.js';
+import { decideShutdownStep } from '../domains/shutdown-policy.js';
+import type { PlannedGroup, PlannedGuest } from './stop-plan.js';
+import type { GuestResult } from './stop-procedure.js';
 
-// Host shutdown: every running guest of ours gets an ACPI shutdown at once (bounded
-// parallelism), again every retry interval, and whatever still runs at the deadline is
-// destroyed: the sweeper's shutdown policy, applied to all guests as one. No machine record is
-// touched: power stays "on", so after the reboot the reconciler starts the guests again. Every
-// wait goes through the Clock.
+// Runs a stop plan group by group. Each group has its budget and ends early once all its guests
+// are off. Per guest: force = destroy at once; shutdown = ACPI, resent every retry interval
+// (domains/shutdown-policy.ts), destroyed at the budget end; save = libvirt save to a file,
+// falling back to ACPI when it fails, destroyed (which aborts a running save) at the budget end.
+// No machine record is touched; the caller turns the listener calls into events and the record.
 
-export interface HostShutdownOptions {
+export interface StopCoordinatorOptions {
   hypervisor: Hypervisor;
   clock: Clock;
   logger: Logger;
-  timeoutMs: number;
   retryIntervalMs: number;
-  /** At most this many libvirt calls at once (shutdown requests and destroys). */
+  /** At most this many shutdown requests and destroys in flight at once, per group. */
   parallelism: number;
+  /**
+   * Saves in flight at once. A save holds a libvirt call slot for its whole length, so this stays
+   * below the adapter's slots: one is always left for the listings and the destroys at the budget end.
+   */
+  maxConcurrentSaves: number;
+  /** Where a guest's memory goes. */
+  savedStateFile: (machine: string) => string;
   /** How often to look for guests that went off. */
   pollIntervalMs?: number;
-  /** Bound on one destroy (a hung qemu must not hold the host shutdown forever). */
+  /** Bound on one destroy or shutdown request (a hung qemu must not hold the run forever). */
   destroyTimeoutMs?: number;
-  /** Called after every poll, for STATUS= and EXTEND_TIMEOUT_USEC. */
-  onProgress?: (p: HostShutdownProgress) => void;
-  /** Aborted when the shutdown was called off (logind PrepareForShutdown(false)): stop sending. */
+  /** Added to a save's libvirt timeout past the budget end, so our own destroy always comes first. */
+  saveMarginMs?: number;
+  /** Aborted when the run is called off: stop sending, leave the rest running. */
   signal?: AbortSignal;
+  listener: StopListener;
+  /** Opens every log line: "host shutdown", "service stop", "drain". */
+  label?: string;
 }
-
-export interface HostShutdownProgress {
-  total: number;
-  stillRunning: number;
-  elapsedMs: number;
-  deadlineAt: number;
-}
-
-export type GuestOutcomeKind = 'shut-down' | 'destroyed' | 'left-running';
 
 export interface GuestOutcome {
-  domain: string;
-  outcome: GuestOutcomeKind;
-  /** Milliseconds from the start of the host shutdown until the guest was seen off. */
+  result: GuestResult;
+  /** Milliseconds from the start of the run. */
   afterMs: number;
-  shutdownRequests: number;
+  detail: string;
 }
 
-export interface HostShutdownReport {
-  startedAt: number;
-  finishedAt: number;
-  guests: GuestOutcome[];
-  cleanly: number;
-  destroyed: number;
-  leftRunning: number;
+export interface StopProgress {
+  /** 1-based index of the group under way, and how many groups the run has. */
+  group: number;
+  groups: number;
+  minPriority: number;
+  guestsInGroup: number;
+  runningInGroup: number;
+  groupDeadlineAt: number;
+  runDeadlineAt: number;
+  /** Guests whose result is known, over the whole run: grows as guests go off. */
+  finished: number;
+  total: number;
 }
 
+/** What happens during a run, as it happens. */
+export interface StopListener {
+  groupStarted(index: number, deadlineAt: number): void;
+  /** The first ACPI request went out (also after a failed save). */
+  shutdownRequested(guest: PlannedGuest): void;
+  saveFailed(guest: PlannedGuest, why: string): void;
+  finished(guest: PlannedGuest, outcome: GuestOutcome): void;
+  /** Awaited before the next group begins (the record is persisted here). */
+  groupEnded(index: number): Promise<void>;
+  progress(p: StopProgress): void;
+}
 
-export class HostShutdownCoordinator {
-  private runPromise: Promise<HostShutdownReport> | undefined;
-  private readonly limiter: Semaphore;
+type Mode = 'acpi' | 'saving' | 'destroying' | 'done';
+
+interface GuestRun {
+  guest: PlannedGuest;
+  mode: Mode;
+  asked: boolean;
+  lastSentAt: number;
+  requests: number;
+  sending: boolean;
+  /** Set when a save fell back: goes into the detail line. */
+  saveProblem?: string;
+}
+
+export class StopCoordinator {
+  private readonly calls: Semaphore;
+  private readonly saves: Semaphore;
   private readonly pollMs: number;
   private readonly destroyTimeoutMs: number;
+  private readonly saveMarginMs: number;
+  private readonly label: string;
+  private finishedCount = 0;
+  private total = 0;
+  /** Set by any guest event, so the wait ends early. */
+  private dirty = false;
+  private wake: (() => void) | undefined;
 
-  constructor(private readonly o: HostShutdownOptions) {
-    this.limiter = new Semaphore(Math.max(1, o.parallelism));
+  constructor(private readonly o: StopCoordinatorOptions) {
+    this.calls = new Semaphore(Math.max(1, o.parallelism));
+    this.saves = new Semaphore(Math.max(1, o.maxConcurrentSaves));
     this.pollMs = o.pollIntervalMs ?? 500;
     this.destroyTimeoutMs = o.destroyTimeoutMs ?? 30_000;
+    this.saveMarginMs = o.saveMarginMs ?? 5000;
+    this.label = o.label ?? 'stop';
   }
 
-  /** Starts the host shutdown once; later calls return the same run. */
-  run(): Promise<HostShutdownReport> {
-    this.runPromise ??= this.execute();
-    return this.runPromise;
-  }
-
-  private async execute(): Promise<HostShutdownReport> {
-    const { clock, logger } = this.o;
-    const startedAt = clock.now();
-    const deadlineAt = startedAt + this.o.timeoutMs;
-    const pending = new Map<string, { requests: number }>();
-    const outcomes: GuestOutcome[] = [];
-
-    // The first listing decides which guests are ours to stop; libvirt may be slow or down.
-    let listed: Awaited<ReturnType<Hypervisor['listDomains']>> | undefined;
-    while (!listed) {
-      try {
-        listed = await this.bounded('listDomains', () => this.o.hypervisor.listDomains(), Math.max(1, deadlineAt - clock.now()));
-      } catch (err) {
-        if (clock.now() >= deadlineAt) {
-          logger.error(`host shutdown: cannot list guests (${describeError(err)}); giving up at the deadline`);
-          return this.report(startedAt, outcomes);
-        }
-        logger.warn(`host shutdown: cannot list guests yet: ${describeError(err)}`);
-        await clock.sleep(Math.min(this.pollMs, deadlineAt - clock.now()));
-      }
-    }
-    for (const d of listed) if (isDomainActive(d.state)) pending.set(d.name, { requests: 0 });
-    const total = pending.size;
-    logger.info(`host shutdown: ${total} running guests get an ACPI shutdown; destroy at ${this.o.timeoutMs / 1000}s`, {
-      guests: [...pending.keys()].join(','),
-      parallelism: this.o.parallelism,
-    });
-    if (total === 0) return this.report(startedAt, outcomes);
-
-    const sendAll = async (again: boolean) => {
-      await Promise.all([...pending.entries()].map(([name, g]) => this.limiter.run(async () => {
-        if (!pending.has(name)) return;
-        try {
-          await this.bounded('shutdownDomain', () => this.o.hypervisor.shutdownDomain(name));
-          g.requests++;
-          logger.info(`host shutdown: ${again ? 'ACPI shutdown sent again to' : 'ACPI shutdown sent to'} ${name}`);
-        } catch (err) {
-          logger.warn(`host shutdown: shutdown request to ${name} failed: ${describeError(err)}`);
-        }
-      })));
-    };
-
-    const markOff = async () => {
-      let domains;
-      try {
-        domains = await this.bounded('listDomains', () => this.o.hypervisor.listDomains());
-      } catch (err) {
-        logger.warn(`host shutdown: listing guests failed: ${describeError(err)}`);
-        return;
-      }
-      const active = new Set(domains.filter((d) => isDomainActive(d.state)).map((d) => d.name));
-      for (const [name, g] of pending) {
-        if (active.has(name)) continue;
-        pending.delete(name);
-        const afterMs = clock.now() - startedAt;
-        outcomes.push({ domain: name, outcome: 'shut-down', afterMs, shutdownRequests: g.requests });
-        logger.info(`host shutdown: ${name} shut down cleanly after ${(afterMs / 1000).toFixed(1)}s`);
-      }
-    };
-
-    const progress = () =>
-      this.o.onProgress?.({ total, stillRunning: pending.size, elapsedMs: clock.now() - startedAt, deadlineAt });
-
-    await sendAll(false);
-    let lastSentAt = clock.now();
-    // Every guest was asked at once, so one progress stands for all of them.
-    const nextStep = (): ShutdownStep => decideShutdownStep(
-      { asked: true, lastSentAt, forceStopAt: deadlineAt, destroyUnasked: false }, true, clock.now(), this.o.retryIntervalMs);
-    for (;;) {
-      await markOff();
-      progress();
-      if (pending.size === 0) break;
+  /** Runs every group in order; startedAt and runDeadlineAt are the run's (afterMs counts from startedAt). */
+  async run(groups: readonly PlannedGroup[], startedAt: number, runDeadlineAt: number): Promise<void> {
+    this.total = groups.reduce((n, g) => n + g.guests.length, 0);
+    for (let i = 0; i < groups.length; i++) {
       if (this.o.signal?.aborted) {
-        logger.warn(`host shutdown called off: ${pending.size} guests keep running`);
+        for (const g of groups[i]!.guests) this.finish(newRun(g), startedAt, 'left-running', 'the run was cancelled before its group began');
+        continue;
+      }
+      await this.runGroup(i, groups, startedAt, runDeadlineAt);
+      await this.o.listener.groupEnded(i);
+    }
+  }
+
+  private async runGroup(index: number, groups: readonly PlannedGroup[], startedAt: number, runDeadlineAt: number): Promise<void> {
+    const { clock, logger } = this.o;
+    const group = groups[index]!;
+    // Never past the run's bound: a slow destroy in an earlier group shortens the later ones.
+    const deadline = Math.min(clock.now() + group.budgetSec * 1000, runDeadlineAt);
+    const guests = group.guests.map(newRun);
+    this.o.listener.groupStarted(index, deadline);
+    logger.info(`${this.label}: group ${index + 1}/${groups.length} (priority >= ${group.minPriority}, budget ${group.budgetSec}s): ${guests.map((g) => `${g.guest.machine} (${g.guest.action})`).join(', ')}`);
+    for (const g of guests) {
+      if (g.guest.action === 'force') this.destroy(g, startedAt, 'force: destroyed at once');
+      else if (g.guest.action === 'save') this.save(g, startedAt, deadline);
+    }
+    const open = () => guests.filter((g) => g.mode !== 'done');
+    let budgetSpent = false;
+    for (;;) {
+      this.dirty = false;
+      if (open().length === 0) break;
+      if (this.o.signal?.aborted) {
+        for (const g of open()) {
+          this.finish(g, startedAt, 'left-running', g.mode === 'saving'
+            ? 'the run was cancelled while the guest was being saved (the save may still complete)'
+            : `the run was cancelled (${requests(g.requests)} sent)`);
+        }
         break;
       }
-      let step = nextStep();
-      if (step.kind === 'force') break;
-      if (step.kind === 'retry') {
-        await sendAll(true);
-        lastSentAt = clock.now();
-        step = nextStep();
+      await this.markOff(guests, startedAt);
+      const now = clock.now();
+      if (now >= deadline && !budgetSpent) {
+        budgetSpent = true;
+        const left = guests.filter((g) => g.mode === 'acpi' || g.mode === 'saving');
+        if (left.length) logger.warn(`${this.label}: group ${index + 1}/${groups.length} budget of ${group.budgetSec}s spent: destroying ${left.length} guest${left.length === 1 ? '' : 's'}`, { guests: left.map((g) => g.guest.domain).join(',') });
       }
-      // Past a step's time (a slow send), look again in a millisecond.
-      const until = step.kind === 'wait' ? step.until : clock.now();
-      await clock.sleep(Math.max(1, Math.min(this.pollMs, until - clock.now())), this.o.signal).catch(() => undefined);
-    }
-
-    if (pending.size > 0 && !this.o.signal?.aborted) {
-      logger.warn(`host shutdown: timeout of ${this.o.timeoutMs / 1000}s reached: destroying ${pending.size} guests`, {
-        guests: [...pending.keys()].join(','),
-      });
-      await Promise.all([...pending.entries()].map(([name, g]) => this.limiter.run(async () => {
-        const issued = clock.now();
-        try {
-          await this.bounded('destroyDomain', () => this.o.hypervisor.destroyDomain(name));
-          pending.delete(name);
-          const afterMs = clock.now() - startedAt;
-          outcomes.push({ domain: name, outcome: 'destroyed', afterMs, shutdownRequests: g.requests });
-          logger.warn(`host shutdown: ${name} destroyed (ignored ${g.requests} ACPI requests; destroy took ${clock.now() - issued} ms)`);
-        } catch (err) {
-          logger.error(`host shutdown: destroying ${name} failed: ${describeError(err)}`);
+      for (const g of guests) {
+        if (g.mode === 'saving' && now >= deadline) {
+          logger.warn(`${this.label}: ${g.guest.machine}: save still running at the budget end: destroying it`);
+          this.destroy(g, startedAt, 'the save was still running at the budget end: destroyed');
         }
-      })));
-      progress();
+        if (g.mode !== 'acpi' || g.sending) continue;
+        const step = decideShutdownStep({ asked: g.asked, lastSentAt: g.lastSentAt, forceStopAt: deadline, destroyUnasked: false }, true, now, this.o.retryIntervalMs);
+        if (step.kind === 'request' || step.kind === 'retry') this.request(g);
+        else if (step.kind === 'force') this.destroy(g, startedAt, `${this.ignoredText(g)}: destroyed at the budget end`);
+      }
+      this.progress(index, groups, guests, deadline, runDeadlineAt);
+      if (open().length === 0) break;
+      await this.pause(this.nextWaitMs(guests, deadline));
     }
-    for (const [name, g] of pending) {
-      outcomes.push({ domain: name, outcome: 'left-running', afterMs: clock.now() - startedAt, shutdownRequests: g.requests });
-    }
-    const report = this.report(startedAt, outcomes);
-    logger.info(`host shutdown done in ${((report.finishedAt - startedAt) / 1000).toFixed(1)}s: ${report.cleanly} shut down cleanly, ${report.destroyed} destroyed, ${report.leftRunning} left running`);
-    return report;
+    this.progress(index, groups, guests, deadline, runDeadlineAt);
   }
 
-  private report(startedAt: number, guests: GuestOutcome[]): HostShutdownReport {
-    const count = (k: GuestOutcomeKind) => guests.filter((g) => g.outcome === k).length;
-    return {
-      startedAt,
-      finishedAt: this.o.clock.now(),
-      guests: [...guests].sort((a, b) => a.domain.localeCompare(b.domain)),
-      cleanly: count('shut-down'),
-      destroyed: count('destroyed'),
-      leftRunning: count('left-running'),
+  /** Lists the domains; guests on ACPI whose domain is gone or off went down cleanly. */
+  private async markOff(guests: GuestRun[], startedAt: number): Promise<void> {
+    if (!guests.some((g) => g.mode === 'acpi')) return;
+    let active: Set<string>;
+    try {
+      const domains = await this.bounded('listDomains', () => this.o.hypervisor.listDomains());
+      active = new Set(domains.filter((d) => isDomainActive(d.state)).map((d) => d.name));
+    } catch (err) {
+      this.o.logger.warn(`${this.label}: listing guests failed: ${describeError(err)}`);
+      return;
+    }
+    for (const g of guests) {
+      if (g.mode !== 'acpi' || active.has(g.guest.domain)) continue;
+      const done = `shut down after ${requests(g.requests)}`;
+      const detail = g.saveProblem ? `${g.saveProblem}; ${done}` : done;
+      this.finish(g, startedAt, 'clean', detail);
+      this.o.logger.debug(`${this.label}: ${g.guest.domain} shut down cleanly after ${((this.o.clock.now() - startedAt) / 1000).toFixed(1)}s`);
+    }
+  }
+
+  private request(g: GuestRun): void {
+    g.sending = true;
+    const first = !g.asked;
+    void this.calls.run(async () => {
+      if (g.mode !== 'acpi' || this.o.signal?.aborted) return;
+      try {
+        await this.bounded('shutdownDomain', () => this.o.hypervisor.shutdownDomain(g.guest.domain));
+        g.requests++;
+        if (first) this.o.listener.shutdownRequested(g.guest);
+        // The first request is in the journal as the ShutdownRequested event already.
+        if (first) this.o.logger.debug(`${this.label}: ACPI shutdown sent to ${g.guest.domain}`);
+        else this.o.logger.info(`${this.label}: ACPI shutdown sent again to ${g.guest.domain}`);
+      } catch (err) {
+        this.o.logger.warn(`${this.label}: shutdown request to ${g.guest.domain} failed: ${describeError(err)}`);
+      }
+    }).finally(() => {
+      // A failed request counts as asked too: the retry interval paces the next try.
+      g.asked = true;
+      g.lastSentAt = this.o.clock.now();
+      g.sending = false;
+      this.poke();
+    });
+  }
+
+  private save(g: GuestRun, startedAt: number, deadline: number): void {
+    g.mode = 'saving';
+    void this.saves.run(async () => {
+      if (g.mode !== 'saving' || this.o.signal?.aborted) return;
+      const file = this.o.savedStateFile(g.guest.machine);
+      // Longer than the budget left: our destroy at the budget end must come before libvirt's
+      // timeout, or the adapter counts the call stuck and refuses every later call.
+      const timeoutMs = Math.max(0, deadline - this.o.clock.now()) + this.destroyTimeoutMs + this.saveMarginMs;
+      const began = this.o.clock.now();
+      try {
+        await withCallTimeout(this.o.clock, timeoutMs + 1000, 'saveDomain', () => this.o.hypervisor.saveDomain(g.guest.domain, file, timeoutMs));
+        if (g.mode === 'saving' || g.mode === 'destroying') {
+          this.finish(g, startedAt, 'saved', `saved to ${file} in ${((this.o.clock.now() - began) / 1000).toFixed(1)}s`);
+          this.o.logger.debug(`${this.label}: ${g.guest.domain} saved to ${file}`);
+        }
+      } catch (err) {
+        if (g.mode !== 'saving') return; // destroyed at the budget end: that path records it
+        const why = describeError(err);
+        g.saveProblem = `save failed (${why})`;
+        g.mode = 'acpi';
+        this.o.listener.saveFailed(g.guest, why);
+        this.o.logger.warn(`${this.label}: saving ${g.guest.machine} failed (${why}): falling back to ACPI shutdown`);
+      } finally {
+        this.poke();
+      }
+    });
+  }
+
+  private destroy(g: GuestRun, startedAt: number, detail: string): void {
+    g.mode = 'destroying';
+    void this.calls.run(async () => {
+      const issued = this.o.clock.now();
+      try {
+        await this.bounded('destroyDomain', () => this.o.hypervisor.destroyDomain(g.guest.domain));
+        if (g.mode === 'destroying') {
+          this.finish(g, startedAt, 'forced', g.saveProblem ? `${g.saveProblem}; ${detail}` : detail);
+          this.o.logger.debug(`${this.label}: ${g.guest.domain} destroyed; the destroy took ${this.o.clock.now() - issued} ms`);
+        }
+      } catch (err) {
+        if (g.mode === 'destroying') this.finish(g, startedAt, 'failed', `destroy failed: ${describeError(err)}`);
+        this.o.logger.error(`${this.label}: destroying ${g.guest.domain} failed: ${describeError(err)}`);
+      } finally {
+        this.poke();
+      }
+    });
+  }
+
+  private finish(g: GuestRun, startedAt: number, result: GuestResult, detail: string): void {
+    g.mode = 'done';
+    this.finishedCount++;
+    this.o.listener.finished(g.guest, { result, afterMs: this.o.clock.now() - startedAt, detail });
+  }
+
+  /** The save problem, if any, is prefixed by destroy(). */
+  private ignoredText(g: GuestRun): string {
+    return `ignored ${requests(g.requests)}`;
+  }
+
+  private progress(index: number, groups: readonly PlannedGroup[], guests: GuestRun[], deadline: number, runDeadlineAt: number): void {
+    this.o.listener.progress({
+      group: index + 1,
+      groups: groups.length,
+      minPriority: groups[index]!.minPriority,
+      guestsInGroup: guests.length,
+      runningInGroup: guests.filter((g) => g.mode !== 'done').length,
+      groupDeadlineAt: deadline,
+      runDeadlineAt,
+      finished: this.finishedCount,
+      total: this.total,
+    });
+  }
+
+  /**
+   * Until the next poll, retry or budget end, whichever comes first. Times already passed do not
+   * count: past the budget end, the destroys in flight poke the loop when they return.
+   */
+  private nextWaitMs(guests: GuestRun[], deadline: number): number {
+    const now = this.o.clock.now();
+    let until = now + this.pollMs;
+    const consider = (t: number) => {
+      if (t > now) until = Math.min(until, t);
     };
+    consider(deadline);
+    for (const g of guests) if (g.mode === 'acpi' && g.asked) consider(g.lastSentAt + this.o.retryIntervalMs);
+    return until - now;
+  }
+
+  /** Sleeps until ms pass, a guest event pokes, or the run is aborted. */
+  private async pause(ms: number): Promise<void> {
+    if (this.dirty) return;
+    const stop = new AbortController();
+    const onAbort = () => stop.abort();
+    this.o.signal?.addEventListener('abort', onAbort, { once: true });
+    this.wake = onAbort;
+    try {
+      await this.o.clock.sleep(ms, stop.signal).catch(() => undefined);
+    } finally {
+      this.wake = undefined;
+      this.o.signal?.removeEventListener('abort', onAbort);
+    }
+  }
+
+  private poke(): void {
+    this.dirty = true;
+    this.wake?.();
   }
 
   /** A libvirt call bounded on the clock (a hung qemu must not hold the host shutdown). */
-  private bounded<T>(op: string, call: () => Promise<T>, ms = this.destroyTimeoutMs): Promise<T> {
-    return withCallTimeout(this.o.clock, ms, op, call);
+  private bounded<T>(op: string, call: () => Promise<T>): Promise<T> {
+    return withCallTimeout(this.o.clock, this.destroyTimeoutMs, op, call);
   }
 }
+
+function newRun(guest: PlannedGuest): GuestRun {
+  return { guest, mode: 'acpi', asked: false, lastSentAt: 0, requests: 0, sending: false };
+}
+
+const requests = (n: number) => `${n} ACPI request${n === 1 ? '' : 's'}`;

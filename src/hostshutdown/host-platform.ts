@@ -19,6 +19,8 @@ export type { InhibitorLock } from './child-inhibitor.js';
 export interface HostPlatform {
   /** org.freedesktop.systemd1.Manager.SystemState ("running", "degraded", "stopping", ...). */
   systemState(): Promise<string>;
+  /** logind's InhibitDelayMaxUSec: how long logind waits for delay locks at most (a global logind setting). */
+  inhibitDelayMaxUSec(): Promise<number>;
   /** A logind "delay" inhibitor lock on shutdown. */
   inhibitShutdown(who: string, why: string): Promise<InhibitorLock>;
   /**
@@ -69,6 +71,20 @@ export class SystemBusHostPlatform implements HostPlatform {
     const v = reply.body[0] as { value?: unknown };
     if (typeof v?.value !== 'string') throw new Error('SystemState: unexpected reply');
     return v.value;
+  }
+
+  async inhibitDelayMaxUSec(): Promise<number> {
+    const reply = await this.call(new Message({
+      ...LOGIN1,
+      interface: 'org.freedesktop.DBus.Properties',
+      member: 'Get',
+      signature: 'ss',
+      body: [LOGIN1.interface, 'InhibitDelayMaxUSec'],
+    }));
+    const v = (reply.body[0] as { value?: unknown })?.value;
+    // A "t" arrives as a bigint from dbus-next.
+    if (typeof v !== 'bigint' && typeof v !== 'number') throw new Error('InhibitDelayMaxUSec: unexpected reply');
+    return Number(v);
   }
 
   async inhibitShutdown(who: string, why: string): Promise<InhibitorLock> {

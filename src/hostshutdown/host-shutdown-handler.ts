@@ -1,13 +1,12 @@
 import type { Config } from '../config/config.js';
-import type { Hypervisor } from '../hypervisor/port.js';
 import type { Clock } from '../lifecycle/clock.js';
 import type { Logger } from '../logging/logger.js';
 import { describeError } from '../machine/errors.js';
-import { HostShutdownCoordinator, type HostShutdownProgress, type HostShutdownReport } from './coordinator.js';
 import { BUS_LOST, decideStop, type StopDecision } from './decision.js';
 import type { HostPlatform, InhibitorLock } from './host-platform.js';
+import type { ShutdownRecord, StopProcedure } from './stop-procedure.js';
 
-// Ties logind, systemd and the coordinator together, the way kubelet's node shutdown manager
+// Ties logind, systemd and the stop procedure together, the way kubelet's node shutdown manager
 // does: hold a delay lock while running, start the guest shutdowns on PrepareForShutdown(true)
 // (a head start: logind waits at most InhibitDelayMaxSec for us), decide at SIGTERM from
 // systemd's SystemState, and release the lock when the guests are down. When the system bus
@@ -24,17 +23,17 @@ export interface ShutdownTarget {
 export interface HostShutdownHandlerOptions {
   /** Undefined when there is no system bus (development): the decision then needs no logind. */
   platform: HostPlatform | undefined;
-  hypervisor: Hypervisor;
+  /** Stops the guests by policy and priority, and records the run. */
+  procedure: StopProcedure;
   target: ShutdownTarget;
   clock: Clock;
   logger: Logger;
   /** Read at use time, so a reload (SIGHUP) of these keys takes effect. */
-  settings: () => Config['hostShutdown'] & { retryIntervalMs: number };
-  pollIntervalMs?: number;
-  destroyTimeoutMs?: number;
+  settings: () => Pick<Config['hostShutdown'], 'action' | 'onServiceStop' | 'timeoutSec'>;
+  /** What a run may take past hostShutdown.timeoutSec (the destroys at the end): part of the bound logind is asked for. */
+  stopAllowanceMs?: number;
   /** First wait before subscribing to logind again after a lost system bus; doubles up to 30 s. */
   resubscribeRetryMs?: number;
-  onProgress?: (p: HostShutdownProgress) => void;
 }
 
 /** Why the process stops: a signal (SIGTERM/SIGINT), or its D-Bus connection is gone. */
@@ -42,7 +41,8 @@ export type StopCause = 'signal' | 'bus-lost';
 
 export interface StopOutcome {
   decision: StopDecision;
-  report?: HostShutdownReport;
+  /** The stop run's record, when guests were stopped. */
+  record?: ShutdownRecord;
 }
 
 const WHO = 'vmkeeperd';
@@ -51,7 +51,7 @@ const WHY = 'Shutting down virtual machines';
 export class HostShutdownHandler {
   private lock: InhibitorLock | undefined;
   private prepareSeen = false;
-  private run: { abort: AbortController; promise: Promise<HostShutdownReport> } | undefined;
+  private run: { abort: AbortController; promise: Promise<ShutdownRecord> } | undefined;
   private stopped = false;
   /** Aborts the resubscription's retry waits at stop. */
   private readonly stopping = new AbortController();
@@ -70,6 +70,26 @@ export class HostShutdownHandler {
     await this.subscribe(p).catch((err) =>
       this.o.logger.warn(`cannot subscribe to logind PrepareForShutdown: ${describeError(err)}`));
     await this.takeLock();
+    await this.checkDelayBound(p);
+  }
+
+  /**
+   * logind waits for delay locks at most InhibitDelayMaxSec, a global logind setting: below our
+   * bound the host goes down before the guests are. Only a warning: system files are the admin's.
+   */
+  private async checkDelayBound(p: HostPlatform): Promise<void> {
+    if (this.o.settings().action !== 'shutdown') return; // guests are left to libvirt: nothing to wait for
+    const boundSec = this.o.settings().timeoutSec + Math.ceil((this.o.stopAllowanceMs ?? 0) / 1000);
+    let usec: number;
+    try {
+      usec = await p.inhibitDelayMaxUSec();
+    } catch (err) {
+      this.o.logger.warn(`cannot read logind's InhibitDelayMaxUSec: ${describeError(err)}`);
+      return;
+    }
+    if (usec >= boundSec * 1_000_000) return;
+    this.o.logger.warn(`logind waits at most ${usec / 1_000_000}s for shutdown delay locks (InhibitDelayMaxSec), below the host-shutdown bound of ${boundSec}s: ` +
+      `logind may go on before the guests are down; write InhibitDelayMaxSec=${boundSec} to a drop-in such as /etc/systemd/logind.conf.d/vmkeeper.conf and restart systemd-logind`);
   }
 
   /**
@@ -100,8 +120,8 @@ export class HostShutdownHandler {
     });
     try {
       if (decision.guests === 'shutdown' || this.run) {
-        const report = await this.shutdownGuests(decision.reason === 'host-shutdown' ? 'host-shutdown' : 'stopping');
-        return { decision, report };
+        const record = await this.shutdownGuests(decision.reason === 'host-shutdown' ? 'host-shutdown' : 'stopping');
+        return { decision, record };
       }
       return { decision };
     } finally {
@@ -117,7 +137,7 @@ export class HostShutdownHandler {
         return { decision };
       }
       this.o.logger.warn(`${decision.why}; the host shutdown logind announced goes on`);
-      return { decision, report: await this.run.promise };
+      return { decision, record: await this.run.promise };
     } finally {
       this.releaseLock();
     }
@@ -199,25 +219,13 @@ export class HostShutdownHandler {
     void this.takeLock();
   }
 
-  private shutdownGuests(state: 'host-shutdown' | 'stopping'): Promise<HostShutdownReport> {
+  private shutdownGuests(state: 'host-shutdown' | 'stopping'): Promise<ShutdownRecord> {
     if (this.run) return this.run.promise;
-    const s = this.o.settings();
     this.o.target.enterShutdown(state);
     const abort = new AbortController();
-    const coordinator = new HostShutdownCoordinator({
-      hypervisor: this.o.hypervisor,
-      clock: this.o.clock,
-      logger: this.o.logger,
-      timeoutMs: s.timeoutSec * 1000,
-      retryIntervalMs: s.retryIntervalMs,
-      parallelism: s.parallelism,
-      pollIntervalMs: this.o.pollIntervalMs,
-      destroyTimeoutMs: this.o.destroyTimeoutMs,
-      onProgress: this.o.onProgress,
-      signal: abort.signal,
-    });
+    const kind = state === 'host-shutdown' ? 'host-shutdown' : 'service-stop';
     // Guests down: let logind go on at once instead of waiting out InhibitDelayMaxSec.
-    const promise = coordinator.run().finally(() => abort.signal.aborted || this.releaseLock());
+    const promise = this.o.procedure.run({ kind, signal: abort.signal }).finally(() => abort.signal.aborted || this.releaseLock());
     this.run = { abort, promise };
     return this.run.promise;
   }

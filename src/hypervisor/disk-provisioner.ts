@@ -76,6 +76,19 @@ export class QemuImgDiskProvisioner implements DiskProvisioner {
     await removeTree(target, MAX_REMOVE_DEPTH);
   }
 
+  async fileExists(file: string): Promise<boolean> {
+    return (await lstatOrUndefined(file))?.isFile() ?? false;
+  }
+
+  async renameFile(from: string, to: string): Promise<void> {
+    if (path.dirname(from) !== path.dirname(to)) throw unsafePath(to, 'a rename must stay inside its folder');
+    const parent = await lstatOrUndefined(path.dirname(from));
+    if (!parent?.isDirectory()) throw unsafePath(path.dirname(from), 'it is not a real directory (a symbolic link?)');
+    const stats = await lstatOrUndefined(from);
+    if (stats && !stats.isFile()) throw unsafePath(from, 'it is not a regular file');
+    await fs.rename(from, to);
+  }
+
   /** The image's format, stated to qemu-img so it never probes (-F is required for overlays). */
   private async formatOf(image: string): Promise<string> {
     // --force-share: running guests hold the image open as their backing file.

@@ -91,4 +91,8 @@ export interface DiskProvisioner {
   ensureDir(path: string): Promise<void>;
   /** Removes a file or directory the agent created; missing counts as done. */
   removePath(path: string): Promise<void>;
+  /** Whether a regular file is at path (a link or a directory there is not one the agent made). */
+  fileExists(path: string): Promise<boolean>;
+  /** Renames a file inside its folder, replacing what is at `to`; the name is moved, never followed. */
+  renameFile(from: string, to: string): Promise<void>;
 }

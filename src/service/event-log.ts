@@ -19,7 +19,8 @@ export class EventLog {
     const event = this.journal.append({ timestamp: this.clock.now(), machine, type, reason, message, ...(actor ? { actor } : {}) });
     const log = type === 'warning' ? this.logger.warn : this.logger.info;
     const by = actor ? { uid: actor.uid, call: actor.call } : { by: 'agent' };
-    log.call(this.logger, `${machine}: ${message}`, { machine, reason, sequence: event.sequence, ...by });
+    // Host-level events (machine "") are not about one machine: the message alone.
+    log.call(this.logger, machine ? `${machine}: ${message}` : message, { machine, reason, sequence: event.sequence, ...by });
     this.onEvent(event);
     return event;
   }

@@ -12,6 +12,8 @@ export const RUNTIME_KEYS: readonly string[] = [
   'hostShutdown.timeoutSec',
   'hostShutdown.parallelism',
   'hostShutdown.onServiceStop',
+  // Read by the stop procedure at the start of each run.
+  'hostShutdown.groups',
 ];
 
 function flatten(value: unknown, prefix: string, out: Map<string, string>): void {

@@ -1,4 +1,5 @@
-import type { HostShutdownProgress } from '../hostshutdown/coordinator.js';
+import type { StopRunProgress } from '../hostshutdown/policy-stop-procedure.js';
+import { stopStatusLine, TimeoutExtension } from '../hostshutdown/stop-progress.js';
 import type { Clock, TimerHandle } from '../lifecycle/clock.js';
 import { PeriodicTask } from '../lifecycle/timers.js';
 import { isDeleting, type MachineRecord } from '../machine/record.js';
@@ -57,7 +58,7 @@ export class StatusReporter {
   private readonly refresh: PeriodicTask;
   private running = false;
   private override: string | undefined;
-  private lastExtendAt = 0;
+  private extension: { run: number; gate: TimeoutExtension } | undefined;
   private readonly onChange = () => this.schedule();
 
   constructor(private readonly o: StatusReporterOptions) {
@@ -87,17 +88,16 @@ export class StatusReporter {
   }
 
   /**
-   * A host shutdown's progress: shown as the prefix, and systemd's stop timeout pushed (at most
-   * every 5 s) to the destroy deadline plus marginMs, so systemd does not kill us mid-destroy.
+   * A stop run's progress: its line shown as the prefix, and systemd's stop timeout extended while
+   * the run makes progress (hostshutdown/stop-progress.ts), by allowanceMs past the group's end.
    */
-  hostShutdownProgress(p: HostShutdownProgress, marginMs: number): void {
+  stopProgress(p: StopRunProgress, allowanceMs: number): void {
     const now = this.o.clock.now();
-    const left = Math.max(0, p.deadlineAt - now);
-    this.setOverride(`host shutdown: ${p.stillRunning} of ${p.total} guests still running, destroy in ${Math.ceil(left / 1000)}s`);
-    if (now - this.lastExtendAt >= 5000) {
-      this.lastExtendAt = now;
-      this.o.notifier.extendTimeout(left + marginMs);
-    }
+    this.setOverride(stopStatusLine(p, now));
+    // A new run (another deadline) starts a fresh account of its progress.
+    if (this.extension?.run !== p.runDeadlineAt) this.extension = { run: p.runDeadlineAt, gate: new TimeoutExtension(allowanceMs) };
+    const ms = this.extension.gate.next(p, now);
+    if (ms !== undefined) this.o.notifier.extendTimeout(ms);
   }
 
   stop(): void {

@@ -51,6 +51,8 @@ export class LibvirtHypervisor implements Hypervisor {
    * another thread on every poll (a frozen libvirtd would otherwise starve the store).
    */
   private readonly calls: BoundedCalls;
+  /** Native calls in flight at once; a long call (a save) holds one for its whole length. */
+  readonly callSlots: number;
   private readonly createNative: (uri: string) => NativeHypervisor;
   private idNames = new Map<number, string>();
 
@@ -59,9 +61,10 @@ export class LibvirtHypervisor implements Hypervisor {
     this.callTimeoutMs = opts.callTimeoutMs;
     this.logger = opts.logger;
     this.clock = opts.clock;
+    this.callSlots = opts.maxConcurrentCalls ?? Math.max(1, Math.floor((Number(process.env.UV_THREADPOOL_SIZE) || 4) / 2));
     this.calls = new BoundedCalls({
       clock: opts.clock,
-      slots: opts.maxConcurrentCalls ?? Math.max(1, Math.floor((Number(process.env.UV_THREADPOOL_SIZE) || 4) / 2)),
+      slots: this.callSlots,
       callTimeoutMs: opts.callTimeoutMs,
       queueTimeoutMs: opts.queueTimeoutMs ?? opts.callTimeoutMs,
     });

@@ -21,6 +21,14 @@ export const EVENT_MESSAGE_IDS: Readonly<Record<string, string>> = {
   ForceStopped: 'f510dac678996d2afd18ec2cd8b397f2',
   CleanupFailed: '15156d8998c200a1f63d36472ed82819',
   Deleted: '372f0ba464e1dc9c6588bd478e5f9dfe',
+  HostShutdownStarted: '1ce5497138e64afcb6997cf45c6342ca',
+  HostShutdownCompleted: '2ffcb24992694e65b8d16f046540827c',
+  Saved: '2c3079b3ca664618a5f29b669dd77b67',
+  SaveFailed: 'cba1ee70ebab4864bdbe1a4599cd05fc',
+  StopFailed: '3ef6c860f8cb41a18d0b5d5ceb373fe4',
+  Restored: 'cfea175a86234ed28df03ac803b87f00',
+  RestoreFailed: '290f6e74383345beba7201df7b72b210',
+  SavedStateDiscarded: 'aacee927ff5646659fc1202bed73e67b',
 };
 
 /** The id of an event reason, or undefined for a reason the table does not list. */

@@ -99,6 +99,30 @@ describe('QemuImgDiskProvisioner (real qemu-img)', () => {
 
 // The state dir is root's, but backups, restores and hand edits happen: links planted in it are
 // never followed, written through, chmodded through, or deleted through.
+describe('QemuImgDiskProvisioner: saved-state files', () => {
+  let dir: string;
+  const disks = new QemuImgDiskProvisioner({ timeoutMs: 30_000 });
+
+  beforeEach(async () => {
+    dir = await mkdtemp(path.join(os.tmpdir(), 'vmkeeper-saved-'));
+  });
+  afterEach(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it('fileExists tells a regular file from a missing one or a folder; renameFile moves it, replacing the old one', async () => {
+    const saved = path.join(dir, 'saved-state');
+    expect(await disks.fileExists(saved)).toBe(false);
+    expect(await disks.fileExists(dir)).toBe(false);
+    await writeFile(saved, 'memory, newer');
+    await writeFile(`${saved}.failed`, 'memory, older');
+    expect(await disks.fileExists(saved)).toBe(true);
+    await disks.renameFile(saved, `${saved}.failed`);
+    expect(await disks.fileExists(saved)).toBe(false);
+    expect(await readFile(`${saved}.failed`, 'utf8')).toBe('memory, newer');
+  });
+});
+
 describe('QemuImgDiskProvisioner with links planted in the state dir', () => {
   let dir: string;
   let outside: string;
@@ -172,6 +196,24 @@ describe('QemuImgDiskProvisioner with links planted in the state dir', () => {
     await symlink(victim(), path.join(machine, 'disk-root.qcow2'));
     await disks.removePath(machine);
     await expect(lstat(machine)).rejects.toThrow(/ENOENT/);
+    await untouched();
+  });
+
+  it('a saved-state path that is a link is no saved state, and is never renamed through', async () => {
+    const machine = path.join(guests, 'web');
+    await disks.ensureDir(machine);
+    const saved = path.join(machine, 'saved-state');
+    await symlink(victim(), saved);
+    expect(await disks.fileExists(saved)).toBe(false);
+    await expect(disks.renameFile(saved, `${saved}.failed`)).rejects.toThrow(/saved-state: it is not a regular file/);
+    await untouched();
+  });
+
+  it('refuses to rename under a machine folder that is a link, or out of its folder', async () => {
+    await mkdir(guests);
+    await symlink(outside, path.join(guests, 'web'));
+    await expect(disks.renameFile(path.join(guests, 'web', 'victim'), path.join(guests, 'web', 'victim.failed'))).rejects.toThrow(/web: it is not a real directory/);
+    await expect(disks.renameFile(path.join(guests, 'a', 'saved-state'), path.join(guests, 'b', 'saved-state'))).rejects.toThrow(/must stay inside its folder/);
     await untouched();
   });
 

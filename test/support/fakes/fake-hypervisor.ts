@@ -43,6 +43,10 @@ interface FakeDomain {
   behaviour?: GuestBehaviour;
   shutdownRequests: number;
   pendingShutdown?: TimerHandle;
+  /** How long a save of this domain takes on the clock (0: at once). */
+  saveDelayMs: number;
+  /** A save under way: a destroy (or any stop) aborts it, as libvirt does. */
+  pendingSave?: { timer: TimerHandle; reject: (err: Error) => void };
   hungDestroys: (() => void)[];
 }
 
@@ -80,6 +84,16 @@ export class FakeHypervisor implements Hypervisor {
   setAvailable(available: boolean): void {
     this.available = available;
     if (!available) this.connected = false;
+  }
+
+  /** Saves of this domain take ms on the clock; a destroy meanwhile aborts the save. */
+  setSaveDelay(name: string, ms: number): void {
+    this.require(name).saveDelayMs = ms;
+  }
+
+  /** Whether a save of the domain is under way. */
+  saving(name: string): boolean {
+    return this.domains.get(name)?.pendingSave !== undefined;
   }
 
   shutdownRequests(name: string): number {
@@ -228,7 +242,11 @@ export class FakeHypervisor implements Hypervisor {
   /** Files saveDomain wrote, by path: the domain whose memory each holds. */
   readonly savedStates = new Map<string, string>();
 
-  async saveDomain(name: string, file: string): Promise<void> {
+  /** The timeoutMs each saveDomain call was given, in order. */
+  readonly saveTimeouts: number[] = [];
+
+  async saveDomain(name: string, file: string, timeoutMs: number): Promise<void> {
+    this.saveTimeouts.push(timeoutMs);
     await this.enter('saveDomain', name);
     const domain = this.domains.get(name);
     if (!domain) throw notFound(name);
@@ -236,8 +254,22 @@ export class FakeHypervisor implements Hypervisor {
     if (this.behaviourOf(domain) === 'hang') {
       return new Promise<void>((resolve) => domain.hungDestroys.push(resolve));
     }
-    this.savedStates.set(file, name);
-    this.stopped(domain);
+    if (domain.pendingSave) throw new Error(`Timed out during operation: cannot acquire state change lock (held by domain save)`);
+    if (domain.saveDelayMs <= 0) {
+      this.savedStates.set(file, name);
+      return this.stopped(domain);
+    }
+    // libvirt pauses the guest while its memory is written.
+    domain.state = 'paused';
+    return new Promise<void>((resolve, reject) => {
+      const timer = this.clock.setTimer(domain.saveDelayMs, () => {
+        domain.pendingSave = undefined;
+        this.savedStates.set(file, name);
+        this.stopped(domain);
+        resolve();
+      });
+      domain.pendingSave = { timer, reject };
+    });
   }
 
   async restoreDomain(file: string): Promise<void> {
@@ -290,6 +322,10 @@ export class FakeHypervisor implements Hypervisor {
   private stopped(domain: FakeDomain): void {
     domain.pendingShutdown?.cancel();
     domain.pendingShutdown = undefined;
+    const save = domain.pendingSave;
+    domain.pendingSave = undefined;
+    save?.timer.cancel();
+    save?.reject(new Error('operation aborted: domain save job: the domain stopped'));
     domain.state = 'shutoff';
     if (!domain.persistent) this.domains.delete(domain.name);
   }
@@ -302,7 +338,7 @@ export class FakeHypervisor implements Hypervisor {
 }
 
 function newDomain(name: string, uuid: string, description: DomainDescription | undefined): FakeDomain {
-  return { name, uuid, description, state: 'shutoff', persistent: true, shutdownRequests: 0, hungDestroys: [] };
+  return { name, uuid, description, state: 'shutoff', persistent: true, shutdownRequests: 0, saveDelayMs: 0, hungDestroys: [] };
 }
 
 function notFound(name: string): Error {

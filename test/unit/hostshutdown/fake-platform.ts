@@ -15,6 +15,14 @@ export class FakePlatform implements HostPlatform {
   /** A lost connection takes its subscription with it. */
   private subscribed = false;
 
+  /** logind's default InhibitDelayMaxSec is 5 s. */
+  inhibitDelayMaxUSecValue: number | Error = 5_000_000;
+
+  async inhibitDelayMaxUSec(): Promise<number> {
+    if (this.inhibitDelayMaxUSecValue instanceof Error) throw this.inhibitDelayMaxUSecValue;
+    return this.inhibitDelayMaxUSecValue;
+  }
+
   async systemState(): Promise<string> {
     if (this.systemStateValue instanceof Error) throw this.systemStateValue;
     return this.systemStateValue;

@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { HostShutdownHandler } from '../../../src/hostshutdown/host-shutdown-handler.js';
+import type { ShutdownRecord } from '../../../src/hostshutdown/stop-procedure.js';
 import { silentLogger } from '../../../src/logging/logger.js';
 import { domainNameFor } from '../../../src/machine/names.js';
 import { Harness, SPEC } from '../../support/agent-harness.js';
@@ -25,17 +26,22 @@ async function setup(opts: { onServiceStop?: 'leave' | 'shutdown'; action?: 'shu
   const logger = capturingLogger();
   const handler = new HostShutdownHandler({
     platform,
-    hypervisor: h.hv,
+    procedure: h.agent.stopProcedure,
     target: h.agent,
     clock: h.clock,
     logger,
-    settings: () => ({ ...h.config.hostShutdown, retryIntervalMs: 5000 }),
-    pollIntervalMs: 500,
-    destroyTimeoutMs: 3000,
+    settings: () => h.config.hostShutdown,
   });
   await handler.start();
   const records = () => JSON.stringify([...h.store.records.values()].map((r) => ({ spec: r.spec, del: r.deletionTimestamp, f: r.status.forceStopAt })));
   return { platform, handler, records, logger };
+}
+
+/** How many guests of a stop record ended each way. */
+function counts(r: ShutdownRecord | undefined): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const m of r?.machines ?? []) out[m.result] = (out[m.result] ?? 0) + 1;
+  return out;
 }
 
 const running = (name: string) => h.hv.stateOf(domainNameFor(name)) === 'running';
@@ -58,7 +64,7 @@ describe('host shutdown handler', () => {
     const before = records();
     const out = await handler.onStop();
     expect(out.decision).toMatchObject({ reason: 'service-stop', guests: 'leave' });
-    expect(out.report).toBeUndefined();
+    expect(out.record).toBeUndefined();
     expect(running('web') && running('db')).toBe(true);
     expect(platform.locksHeld).toBe(0);
     expect(records()).toBe(before);
@@ -68,7 +74,7 @@ describe('host shutdown handler', () => {
     const { handler } = await setup({ onServiceStop: 'shutdown' });
     const out = await finish(handler.onStop());
     expect(out.decision.reason).toBe('service-stop');
-    expect(out.report).toMatchObject({ cleanly: 1, destroyed: 1 });
+    expect(counts(out.record)).toEqual({ clean: 1, forced: 1 });
     expect(h.service.info().state).toBe('stopping');
   });
 
@@ -85,7 +91,7 @@ describe('host shutdown handler', () => {
     platform.systemStateValue = 'stopping';
     const out = await finish(handler.onStop());
     expect(out.decision).toMatchObject({ reason: 'host-shutdown', guests: 'shutdown' });
-    expect(out.report).toMatchObject({ cleanly: 1, destroyed: 1, leftRunning: 0 });
+    expect(counts(out.record)).toEqual({ clean: 1, forced: 1 });
     expect(running('db')).toBe(false);
     expect(platform.locksHeld).toBe(0);
     expect(records()).toBe(before);
@@ -96,7 +102,7 @@ describe('host shutdown handler', () => {
     const { platform, handler } = await setup();
     platform.systemStateValue = 'stopping';
     const out = await finish(handler.onStop());
-    expect(out.report).toMatchObject({ cleanly: 1, destroyed: 1 });
+    expect(counts(out.record)).toEqual({ clean: 1, forced: 1 });
     expect(h.service.info().state).toBe('host-shutdown');
   });
 
@@ -132,8 +138,8 @@ describe('host shutdown handler', () => {
     expect(out.decision.reason).toBe('service-stop');
     const h2 = new HostShutdownHandler({
       platform: Object.assign(new FakePlatform(), { inhibitFails: true }),
-      hypervisor: h.hv, target: h.agent, clock: h.clock, logger: silentLogger,
-      settings: () => ({ ...h.config.hostShutdown, retryIntervalMs: 5000 }),
+      procedure: h.agent.stopProcedure, target: h.agent, clock: h.clock, logger: silentLogger,
+      settings: () => h.config.hostShutdown,
     });
     await expect(h2.start()).resolves.toBeUndefined();
   });
@@ -143,7 +149,7 @@ describe('host shutdown handler', () => {
     const before = records();
     const out = await finish(handler.onStop('bus-lost'));
     expect(out.decision).toMatchObject({ reason: 'bus-lost', guests: 'leave' });
-    expect(out.report).toBeUndefined();
+    expect(out.record).toBeUndefined();
     await h.advance(40_000); // past any shutdown deadline: nothing was sent, nothing is destroyed
     expect(running('web') && running('db')).toBe(true);
     expect(h.service.info().state).toBe('running');
@@ -157,7 +163,7 @@ describe('host shutdown handler', () => {
     platform.prepare(true);
     const out = await finish(handler.onStop('bus-lost'));
     expect(out.decision.reason).toBe('bus-lost');
-    expect(out.report).toMatchObject({ cleanly: 1, destroyed: 1, leftRunning: 0 });
+    expect(counts(out.record)).toEqual({ clean: 1, forced: 1 });
   });
 
   it('the logind subscription is re-established after the system bus reconnects (defect): PrepareForShutdown is heard again, the lock is taken again', async () => {
@@ -185,5 +191,47 @@ describe('host shutdown handler', () => {
     expect(platform.subscriptions).toBe(1);
     expect(platform.subscribeFailures).toBe(98);
     expect(platform.locksHeld).toBe(0);
+  });
+});
+
+describe('host shutdown handler: the stop procedure and logind bound', () => {
+  it('runs the stop procedure as "host-shutdown" or "service-stop" and returns its record', async () => {
+    const { platform, handler } = await setup({ onServiceStop: 'shutdown' });
+    platform.systemStateValue = 'stopping';
+    const out = await finish(handler.onStop());
+    expect(out.record).toMatchObject({ kind: 'host-shutdown', result: 'completed' });
+    expect(h.agent.shutdownRecords.list().map((r) => r.kind)).toEqual(['host-shutdown']);
+    const { handler: second } = await setup({ onServiceStop: 'shutdown' });
+    expect((await finish(second.onStop())).record).toMatchObject({ kind: 'service-stop', result: 'completed' });
+  });
+
+  it.each([
+    { delayUSec: 5_000_000, warns: true },
+    { delayUSec: 60_000_000, warns: false },
+  ])('warns once, naming the logind drop-in, when InhibitDelayMaxSec is below the bound ($delayUSec us)', async ({ delayUSec, warns }) => {
+    h = await new Harness({ config: (c) => void (c.hostShutdown.timeoutSec = 30) }).start();
+    const platform = new FakePlatform();
+    platform.inhibitDelayMaxUSecValue = delayUSec;
+    const logger = capturingLogger();
+    const handler = new HostShutdownHandler({
+      platform, procedure: h.agent.stopProcedure, target: h.agent, clock: h.clock, logger,
+      settings: () => h.config.hostShutdown, stopAllowanceMs: 15_000,
+    });
+    await handler.start();
+    const lines = logger.lines.filter((l) => /InhibitDelayMaxSec/.test(l));
+    expect(lines).toEqual(warns
+      ? ['warn logind waits at most 5s for shutdown delay locks (InhibitDelayMaxSec), below the host-shutdown bound of 45s: logind may go on before the guests are down; write InhibitDelayMaxSec=45 to a drop-in such as /etc/systemd/logind.conf.d/vmkeeper.conf and restart systemd-logind']
+      : []);
+    handler.close();
+  });
+
+  it('with hostShutdown.action "leave" there is nothing to wait for: no warning', async () => {
+    h = await new Harness({ config: (c) => void (c.hostShutdown.action = 'leave') }).start();
+    const platform = new FakePlatform();
+    const logger = capturingLogger();
+    const handler = new HostShutdownHandler({ platform, procedure: h.agent.stopProcedure, target: h.agent, clock: h.clock, logger, settings: () => h.config.hostShutdown });
+    await handler.start();
+    expect(logger.lines.filter((l) => /InhibitDelayMaxSec/.test(l))).toEqual([]);
+    handler.close();
   });
 });

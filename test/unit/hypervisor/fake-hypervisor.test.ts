@@ -134,6 +134,16 @@ describe('FakeDiskProvisioner', () => {
     expect([...disks.dirs]).toEqual(['/s/guests/a']);
   });
 
+  it('fileExists sees files put or created; renameFile moves one and refuses a missing one', async () => {
+    const disks = new FakeDiskProvisioner();
+    disks.putFile('/s/guests/a/saved-state');
+    expect(await disks.fileExists('/s/guests/a/saved-state')).toBe(true);
+    await disks.renameFile('/s/guests/a/saved-state', '/s/guests/a/saved-state.failed');
+    expect(await disks.fileExists('/s/guests/a/saved-state')).toBe(false);
+    expect(await disks.fileExists('/s/guests/a/saved-state.failed')).toBe(true);
+    await expect(disks.renameFile('/s/guests/a/saved-state', '/s/guests/a/x')).rejects.toThrow(/ENOENT/);
+  });
+
   it('failNext fails the next call of that op', async () => {
     const disks = new FakeDiskProvisioner();
     disks.failNext('createDisk', new Error('disk full'));

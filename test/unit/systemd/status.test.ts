@@ -45,21 +45,21 @@ describe('StatusReporter', () => {
     r.stop();
   });
 
-  it('host shutdown progress: shown in STATUS=, and the stop timeout extended at most every 5 s', async () => {
+  it('stop progress: the group line in STATUS=, the stop timeout extended only on progress', async () => {
     h = await new Harness().start();
     const sent: string[] = [];
     const r = new StatusReporter({ api: h.service, notifier: notifierFrom((s) => sent.push(s), 0), clock: h.clock, lastSweepAt: () => 0 });
     r.start();
-    const deadlineAt = h.clock.now() + 30_000;
-    r.hostShutdownProgress({ total: 2, stillRunning: 2, elapsedMs: 0, deadlineAt }, 1000);
-    expect(sent.at(-2)).toMatch(/^STATUS=host shutdown: 2 of 2 guests still running, destroy in 30s \| running: /);
+    const now = h.clock.now();
+    const p = { kind: 'host-shutdown' as const, group: 1, groups: 2, minPriority: 100, guestsInGroup: 2, runningInGroup: 2, groupDeadlineAt: now + 30_000, runDeadlineAt: now + 60_000, finished: 0, total: 3 };
+    r.stopProgress(p, 1000);
+    expect(sent.at(-2)).toMatch(/^STATUS=host shutdown: group 1\/2 \(priority >= 100\): 2 of 2 guests still running, 30 s left \| running: /);
     expect(sent.at(-1)).toBe('EXTEND_TIMEOUT_USEC=31000000');
     await h.clock.advance(4000);
-    r.hostShutdownProgress({ total: 2, stillRunning: 1, elapsedMs: 4000, deadlineAt }, 1000);
-    expect(sent.at(-1)).toMatch(/^STATUS=host shutdown: 1 of 2 guests still running, destroy in 26s/);
-    await h.clock.advance(1000);
-    r.hostShutdownProgress({ total: 2, stillRunning: 1, elapsedMs: 5000, deadlineAt }, 1000);
-    expect(sent.filter((s) => s.startsWith('EXTEND_TIMEOUT_USEC='))).toEqual(['EXTEND_TIMEOUT_USEC=31000000', 'EXTEND_TIMEOUT_USEC=26000000']);
+    r.stopProgress(p, 1000); // nothing went off: no extension
+    expect(sent.at(-1)).toMatch(/^STATUS=host shutdown: group 1\/2 \(priority >= 100\): 2 of 2 guests still running, 26 s left/);
+    r.stopProgress({ ...p, runningInGroup: 1, finished: 1 }, 1000);
+    expect(sent.filter((s) => s.startsWith('EXTEND_TIMEOUT_USEC='))).toEqual(['EXTEND_TIMEOUT_USEC=31000000', 'EXTEND_TIMEOUT_USEC=27000000']);
     r.stop();
   });
 });

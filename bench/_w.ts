@@ -1,0 +1,13 @@
+import { connectBus } from '../src/dbus/bus-address.js';
+import { startBenchAgent } from './fixtures.js';
+import { readsUnderWrites } from './dbus-latency.bench.js';
+import { cpuSeconds } from './idle.bench.js';
+const b = await startBenchAgent(10_000);
+const pid = b.agent.child.pid!;
+const client = await connectBus(b.bus.address); client.on('error', () => {});
+await new Promise((r) => setTimeout(r, 5000));
+const c0 = cpuSeconds(pid); const p0 = process.cpuUsage(); const t0 = Date.now();
+const { writesPerSec } = await readsUnderWrites(b.bus.address, client, 3000, 10_000);
+const wall = (Date.now() - t0) / 1000; const pc = process.cpuUsage(p0);
+console.log(`writes/s ${writesPerSec.toFixed(0)}; agent cpu ${(100 * (cpuSeconds(pid) - c0) / wall).toFixed(0)}%, bench cpu ${((pc.user + pc.system) / 1e4 / wall).toFixed(0)}% over ${wall.toFixed(1)} s`);
+client.disconnect(); await b.close(); process.exit(0);

@@ -1,0 +1,57 @@
+import { Message, MessageType, sessionBus, Variant, type MessageBus } from 'dbus-next';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SystemBusHostPlatform } from '../../../src/hostshutdown/host-platform.js';
+import { silentLogger } from '../../../src/logging/logger.js';
+import { startSessionBus, type PrivateBus } from '../../support/dbus-daemon.js';
+
+// The real platform reads logind's InhibitDelayMaxUSec over D-Bus: a stand-in logind on a private
+// bus answers Properties.Get the way logind does (a "t" in a variant), so the bigint dbus-next
+// hands back is checked for real.
+
+let bus: PrivateBus;
+let logind: MessageBus;
+let served: bigint | undefined;
+
+beforeAll(async () => {
+  bus = await startSessionBus();
+  logind = sessionBus({ busAddress: bus.address });
+  await logind.requestName('org.freedesktop.login1', 0);
+  logind.addMethodHandler((msg: Message) => {
+    if (msg.type !== MessageType.METHOD_CALL || msg.path !== '/org/freedesktop/login1' || msg.interface !== 'org.freedesktop.DBus.Properties' || msg.member !== 'Get') return false;
+    const [iface, name] = msg.body as [string, string];
+    if (iface !== 'org.freedesktop.login1.Manager' || name !== 'InhibitDelayMaxUSec' || served === undefined) {
+      // dbus-next's types say string; it takes the call being answered.
+      logind.send(Message.newError(msg as unknown as string, 'org.freedesktop.DBus.Error.UnknownProperty', `no ${iface}.${name}`));
+    } else {
+      logind.send(Message.newMethodReturn(msg, 'v', [new Variant('t', served)]));
+    }
+    return true;
+  });
+});
+
+afterAll(async () => {
+  logind?.disconnect();
+  await bus?.stop();
+});
+
+describe('logind InhibitDelayMaxUSec', () => {
+  it.each([5_000_000n, 180_000_000n])('reads %s µs from logind', async (usec) => {
+    served = usec;
+    const platform = new SystemBusHostPlatform({ logger: silentLogger, busAddress: bus.address });
+    try {
+      expect(await platform.inhibitDelayMaxUSec()).toBe(Number(usec));
+    } finally {
+      platform.close();
+    }
+  });
+
+  it('a logind without the property is an error the handler can log', async () => {
+    served = undefined;
+    const platform = new SystemBusHostPlatform({ logger: silentLogger, busAddress: bus.address });
+    try {
+      await expect(platform.inhibitDelayMaxUSec()).rejects.toThrow(/InhibitDelayMaxUSec/);
+    } finally {
+      platform.close();
+    }
+  });
+});
