@@ -20,7 +20,7 @@ const CONFIG = [
   '    - {minPriority: 200, budgetSec: 20}',
   '    - {minPriority: 0, budgetSec: 20}',
   'restore:',
-  '  parallelism: 1',
+  '  parallelism: 1', // one start at a time: the recorded order is the start order
   '',
 ].join('\n');
 const GUESTS = {

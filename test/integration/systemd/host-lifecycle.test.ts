@@ -100,6 +100,7 @@ describe.skipIf(!isRoot)('host lifecycle under systemd', () => {
   }, 240_000);
 
   it('poweroff stops three priority groups in order (save, shutdown, force, ignored ACPI destroyed at its budget) within the bound; after the boot the saved guest resumes, the others start in start-priority order, and the record says it all', async () => {
+    // One start at a time: the recorded order is then the start order itself, not which start finished first.
     a = await bootAgentContainer({ name: 'vmk-groups', hostShutdownTimeoutSec: BOUND_SEC, hostShutdownGroups: GROUPS, restore: { parallelism: 1 } });
     await maskLibvirtGuests(a);
     // Enabled, as a package installs it: it starts again when the container boots again.
