@@ -64,3 +64,75 @@ export async function waitForSerialLine(logFile: string, text: string, timeoutMs
   });
   return Date.now() - start;
 }
+
+/** One counter line: the value and the boot it was printed in (the kernel's boot id, 8 hex digits). */
+export interface Tick {
+  n: number;
+  boot: string;
+}
+
+/** What a guest's serial log says about its life: the counter it prints each second, with boot ids. */
+export interface SerialProgress {
+  /** READY lines: one per boot of the guest's init (a resumed guest prints none). */
+  readyLines: number;
+  /** The TICK lines in the order printed. */
+  ticks: Tick[];
+}
+
+export function serialProgress(text: string): SerialProgress {
+  const ticks: Tick[] = [];
+  let readyLines = 0;
+  for (const line of text.split('\n')) {
+    const tick = /VMKEEPER-GUEST TICK (\d+) boot=([0-9a-f]+)\s*$/.exec(line);
+    if (tick) ticks.push({ n: Number(tick[1]), boot: tick[2]! });
+    else if (/VMKEEPER-GUEST READY mode=/.test(line)) readyLines += 1;
+  }
+  return { readyLines, ticks };
+}
+
+export async function readSerialProgress(logFile: string): Promise<SerialProgress> {
+  return serialProgress(await fs.readFile(logFile, 'utf8').catch(() => ''));
+}
+
+/** The last counter line in the guest's serial log. */
+export async function lastTick(logFile: string): Promise<Tick> {
+  const tick = (await readSerialProgress(logFile)).ticks.at(-1);
+  if (!tick) throw new Error(`no TICK line in ${logFile}`);
+  return tick;
+}
+
+/** Waits until the guest's counter reaches at least `atLeast`; resolves with the last value seen. */
+export async function waitForTick(logFile: string, atLeast: number, timeoutMs: number): Promise<number> {
+  return waitFor(async () => {
+    const last = (await readSerialProgress(logFile)).ticks.at(-1)?.n ?? 0;
+    return last >= atLeast ? last : 0;
+  }, { timeoutMs, intervalMs: 200, what: `TICK ${atLeast} in ${logFile}` });
+}
+
+/**
+ * The ticks printed after `before` (the last one read before a save or a poweroff). qemu opens the
+ * log anew (truncated) each time it starts, a restore included; should it append, the older lines
+ * up to `before` are skipped.
+ */
+export function ticksAfter(before: Tick, now: SerialProgress): Tick[] {
+  const at = now.ticks.findIndex((t) => t.boot === before.boot && t.n === before.n);
+  return now.ticks.slice(at + 1);
+}
+
+/** Why the guest did not resume after `before` (same boot, counter on from it without a gap); undefined when it did. */
+export function whyNotResumed(before: Tick, now: SerialProgress): string | undefined {
+  const after = ticksAfter(before, now);
+  if (after.length === 0) return `no TICK after ${before.n}`;
+  const other = after.find((t) => t.boot !== before.boot);
+  if (other) return `booted again (TICK ${other.n} boot=${other.boot}, was boot=${before.boot})`;
+  if (after[0]!.n !== before.n + 1) return `counter went on at ${after[0]!.n}, not ${before.n + 1}`;
+  const gap = after.findIndex((t, i) => i > 0 && t.n !== after[i - 1]!.n + 1);
+  return gap > 0 ? `counter jumped from ${after[gap - 1]!.n} to ${after[gap]!.n}` : undefined;
+}
+
+/** Whether the guest booted anew after `before`: its latest ticks are of another boot, counting from 1. */
+export function bootedAgain(before: Tick, now: SerialProgress): boolean {
+  const latest = now.ticks.at(-1);
+  if (!latest || latest.boot === before.boot) return false;
+  return now.ticks.find((t) => t.boot === latest.boot)!.n === 1;
+}

@@ -1,7 +1,8 @@
 /**
  * Real systemd for integration tests: a Debian 12 root built once with debootstrap and cached
  * under <repo>/.cache/nspawn/<hash of the package list>/root, then booted as throwaway writable
- * copies with `systemd-nspawn -b` (systemd as PID 1, logind, journald, D-Bus all real).
+ * copies with `systemd-nspawn -b` (systemd as PID 1, logind, journald, D-Bus all real). A copy
+ * can be booted again after it powered off (boot()), so a test can watch a host come back.
  *
  * Root only. Each booted container gets an overlayfs copy (lower = the cached root, upper =
  * a fresh directory), or a `cp -a --reflink=auto` copy where overlayfs is unavailable, so the
@@ -139,8 +140,8 @@ export interface BootedContainer {
   name: string;
   /** The container's (writable, throwaway) root directory as seen from the host. */
   root: string;
-  /** Host PID of the container's systemd (PID 1 inside). */
-  leaderPid: number;
+  /** Host PID of the container's systemd (PID 1 inside); a new one after boot(). */
+  readonly leaderPid: number;
   exec(cmd: string[], opts?: { timeoutMs?: number; input?: string }): Promise<ExecResult>;
   /** Waits for `systemctl is-system-running` to say running/degraded; resolves with that word. */
   waitForSystemRunning(timeoutMs?: number): Promise<string>;
@@ -150,6 +151,11 @@ export interface BootedContainer {
   poweroff(timeoutMs?: number): Promise<void>;
   /** Whether systemd-nspawn is still running. */
   readonly running: boolean;
+  /**
+   * Boots the same copy again after a poweroff, as a host comes back: what the first boot wrote
+   * (/var/lib, /etc, the journal) is still there. Resolves once PID 1 runs; then waitForSystemRunning.
+   */
+  boot(): Promise<void>;
   /** Kills the container if still running, unmounts and removes the copy. */
   stop(): Promise<void>;
 }
@@ -200,7 +206,7 @@ export async function bootContainer(opts: BootOptions): Promise<BootedContainer>
     overlay = r.code === 0;
     if (!overlay) await must('cp', ['-a', '--reflink=auto', `${opts.baseRoot}/.`, root], 600_000);
   }
-  // A fresh machine id per boot keeps journal directories apart.
+  // A fresh machine id per copy keeps journal directories apart (boot() keeps it, as a host does).
   await fs.writeFile(path.join(root, 'etc', 'machine-id'), `${randomBytes(16).toString('hex')}\n`);
   for (const [p, file] of Object.entries(opts.files ?? {})) {
     const target = path.join(root, p);
@@ -212,6 +218,109 @@ export async function bootContainer(opts: BootOptions): Promise<BootedContainer>
   }
 
   const logFile = path.join(work, 'nspawn.log');
+  const cleanup = async () => {
+    if (overlay) {
+      for (let i = 0; i < 20; i++) {
+        const r = await run('umount', [root]);
+        if (r.code === 0 || /not mounted/.test(r.stderr)) break;
+        await sleep(250);
+      }
+    }
+    await fs.rm(work, { recursive: true, force: true });
+  };
+
+  // One systemd-nspawn run on the copy; boot() starts another on the same copy after a poweroff.
+  let booted: Booted;
+  try {
+    booted = await launch(root, logFile, opts);
+  } catch (err) {
+    await cleanup();
+    throw err;
+  }
+
+  const exec = (cmd: string[], o: { timeoutMs?: number; input?: string } = {}) =>
+    run('nsenter', ['-t', String(booted.leaderPid), '-a', '--', 'env', '-i', `PATH=${CONTAINER_PATH}`, 'LANG=C.UTF-8', 'SYSTEMD_PAGER=', 'SYSTEMD_COLORS=0', ...cmd], {
+      timeoutMs: o.timeoutMs ?? 60_000,
+      input: o.input,
+    });
+
+  const container: BootedContainer = {
+    name: opts.name,
+    root,
+    get leaderPid() {
+      return booted.leaderPid;
+    },
+    exec,
+    get running() {
+      return !booted.exited;
+    },
+    async waitForSystemRunning(timeoutMs = 60_000) {
+      const end = Date.now() + timeoutMs;
+      let last = '';
+      for (;;) {
+        if (booted.exited) throw new Error('container exited while booting');
+        const r = await exec(['systemctl', 'is-system-running', '--wait'], { timeoutMs: Math.max(1000, end - Date.now()) });
+        last = r.stdout.trim() || r.stderr.trim();
+        if (last === 'running' || last === 'degraded') return last;
+        if (Date.now() > end) throw new Error(`system not running within ${timeoutMs} ms: ${last}`);
+        await sleep(200);
+      }
+    },
+    async journal(unit) {
+      const filter = unit ? ['-u', unit] : [];
+      if (!booted.exited) {
+        const r = await exec(['journalctl', '--no-pager', '-o', 'short-precise', ...filter], { timeoutMs: 30_000 });
+        return r.stdout;
+      }
+      const r = await run('journalctl', ['--no-pager', '-o', 'short-precise', '-D', path.join(root, 'var', 'log', 'journal'), ...filter], { timeoutMs: 30_000 });
+      if (r.code === 0 && r.stdout.trim()) return r.stdout;
+      const ids = await fs.readdir(path.join(root, 'var', 'log', 'journal')).catch(() => [] as string[]);
+      let out = '';
+      for (const id of ids) {
+        const s = await run('journalctl', ['--no-pager', '-o', 'short-precise', '-D', path.join(root, 'var', 'log', 'journal', id), ...filter], { timeoutMs: 30_000 });
+        out += s.stdout;
+      }
+      return out;
+    },
+    async poweroff(timeoutMs = 120_000) {
+      if (booted.exited) return;
+      await exec(['systemctl', 'poweroff', '--no-block'], { timeoutMs: 10_000 });
+      let timer: NodeJS.Timeout | undefined;
+      const timeout = new Promise<'timeout'>((resolve) => (timer = setTimeout(() => resolve('timeout'), timeoutMs)));
+      const r = await Promise.race([booted.exitPromise.then(() => 'exited' as const), timeout]).finally(() => clearTimeout(timer));
+      if (r === 'timeout') throw new Error(`container ${opts.name} did not power off within ${timeoutMs} ms`);
+    },
+    async boot() {
+      if (!booted.exited) throw new Error(`container ${opts.name} is still running: power it off before booting it again`);
+      booted = await launch(root, logFile, opts);
+    },
+    async stop() {
+      if (!booted.exited) {
+        // SIGKILL to the namespace's init takes every process of the container with it.
+        try {
+          process.kill(booted.leaderPid, 'SIGKILL');
+        } catch {
+          /* gone */
+        }
+        const t = setTimeout(() => booted.child.kill('SIGKILL'), 10_000);
+        await booted.exitPromise;
+        clearTimeout(t);
+      }
+      await cleanup();
+    },
+  };
+  return container;
+}
+
+interface Booted {
+  child: ChildProcess;
+  exitPromise: Promise<void>;
+  readonly exited: boolean;
+  leaderPid: number;
+}
+
+/** Runs systemd-nspawn -b on root and waits for the container's PID 1 to appear. */
+async function launch(root: string, logFile: string, opts: BootOptions): Promise<Booted> {
   const logFd = openSync(logFile, 'a');
   let child: ChildProcess;
   try {
@@ -232,101 +341,22 @@ export async function bootContainer(opts: BootOptions): Promise<BootedContainer>
     child.once('error', () => ((exited = true), resolve()));
   });
   const nspawnPid = child.pid ?? -1;
-
-  const cleanup = async () => {
-    if (overlay) {
-      for (let i = 0; i < 20; i++) {
-        const r = await run('umount', [root]);
-        if (r.code === 0 || /not mounted/.test(r.stderr)) break;
-        await sleep(250);
-      }
-    }
-    await fs.rm(work, { recursive: true, force: true });
-  };
-
-  let leaderPid = -1;
   const deadline = Date.now() + (opts.bootTimeoutMs ?? 30_000);
-  while (leaderPid < 0) {
+  for (;;) {
     if (exited) {
       const log = await fs.readFile(logFile, 'utf8').catch(() => '');
-      await cleanup();
       throw new Error(`systemd-nspawn exited during boot:\n${log.slice(-3000)}`);
     }
-    for (const c of await childPids(nspawnPid)) if (await isPidNamespaceInit(c)) leaderPid = c;
-    if (leaderPid > 0) break;
+    for (const c of await childPids(nspawnPid)) {
+      if (await isPidNamespaceInit(c)) {
+        return { child, exitPromise, get exited() { return exited; }, leaderPid: c };
+      }
+    }
     if (Date.now() > deadline) {
       child.kill('SIGKILL');
       await exitPromise;
-      await cleanup();
       throw new Error('container PID 1 not found in time');
     }
     await sleep(50);
   }
-
-  const exec = (cmd: string[], o: { timeoutMs?: number; input?: string } = {}) =>
-    run('nsenter', ['-t', String(leaderPid), '-a', '--', 'env', '-i', `PATH=${CONTAINER_PATH}`, 'LANG=C.UTF-8', 'SYSTEMD_PAGER=', 'SYSTEMD_COLORS=0', ...cmd], {
-      timeoutMs: o.timeoutMs ?? 60_000,
-      input: o.input,
-    });
-
-  const container: BootedContainer = {
-    name: opts.name,
-    root,
-    leaderPid,
-    exec,
-    get running() {
-      return !exited;
-    },
-    async waitForSystemRunning(timeoutMs = 60_000) {
-      const end = Date.now() + timeoutMs;
-      let last = '';
-      for (;;) {
-        if (exited) throw new Error('container exited while booting');
-        const r = await exec(['systemctl', 'is-system-running', '--wait'], { timeoutMs: Math.max(1000, end - Date.now()) });
-        last = r.stdout.trim() || r.stderr.trim();
-        if (last === 'running' || last === 'degraded') return last;
-        if (Date.now() > end) throw new Error(`system not running within ${timeoutMs} ms: ${last}`);
-        await sleep(200);
-      }
-    },
-    async journal(unit) {
-      const filter = unit ? ['-u', unit] : [];
-      if (!exited) {
-        const r = await exec(['journalctl', '--no-pager', '-o', 'short-precise', ...filter], { timeoutMs: 30_000 });
-        return r.stdout;
-      }
-      const r = await run('journalctl', ['--no-pager', '-o', 'short-precise', '-D', path.join(root, 'var', 'log', 'journal'), ...filter], { timeoutMs: 30_000 });
-      if (r.code === 0 && r.stdout.trim()) return r.stdout;
-      const ids = await fs.readdir(path.join(root, 'var', 'log', 'journal')).catch(() => [] as string[]);
-      let out = '';
-      for (const id of ids) {
-        const s = await run('journalctl', ['--no-pager', '-o', 'short-precise', '-D', path.join(root, 'var', 'log', 'journal', id), ...filter], { timeoutMs: 30_000 });
-        out += s.stdout;
-      }
-      return out;
-    },
-    async poweroff(timeoutMs = 120_000) {
-      if (exited) return;
-      await exec(['systemctl', 'poweroff', '--no-block'], { timeoutMs: 10_000 });
-      let timer: NodeJS.Timeout | undefined;
-      const timeout = new Promise<'timeout'>((resolve) => (timer = setTimeout(() => resolve('timeout'), timeoutMs)));
-      const r = await Promise.race([exitPromise.then(() => 'exited' as const), timeout]).finally(() => clearTimeout(timer));
-      if (r === 'timeout') throw new Error(`container ${opts.name} did not power off within ${timeoutMs} ms`);
-    },
-    async stop() {
-      if (!exited) {
-        // SIGKILL to the namespace's init takes every process of the container with it.
-        try {
-          process.kill(leaderPid, 'SIGKILL');
-        } catch {
-          /* gone */
-        }
-        const t = setTimeout(() => child.kill('SIGKILL'), 10_000);
-        await exitPromise;
-        clearTimeout(t);
-      }
-      await cleanup();
-    },
-  };
-  return container;
 }

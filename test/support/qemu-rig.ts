@@ -1,4 +1,4 @@
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { busctlCall, busctlGetProperty, dbusSend, type BusctlValue } from './busctl.js';
@@ -28,17 +28,26 @@ export class QemuRig {
     readonly libvirtd: PrivateLibvirtd,
     readonly bus: PrivateBus,
     extraArgs: string[],
+    configFile: string | undefined,
   ) {
-    this.opts = { busAddress: bus.address, stateDir: path.join(dir, 'state'), imageDir: GUEST_CACHE_DIR, libvirtUri: libvirtd.uri, extraArgs };
+    this.opts = { busAddress: bus.address, stateDir: path.join(dir, 'state'), imageDir: GUEST_CACHE_DIR, libvirtUri: libvirtd.uri, extraArgs, configFile };
   }
 
-  /** Builds the guest images if needed, starts libvirtd, the bus and the agent (extraArgs go to the agent). */
-  static async start(extraArgs: string[] = []): Promise<QemuRig> {
+  /**
+   * Builds the guest images if needed, starts libvirtd, the bus and the agent (extraArgs go to the
+   * agent). configYaml replaces the shipped config file (keys it leaves out take their defaults).
+   */
+  static async start(extraArgs: string[] = [], configYaml?: string): Promise<QemuRig> {
     const images = await ensureGuestImages();
     const dir = await mkdtemp(path.join(os.tmpdir(), 'vmk-qemu-'));
     const libvirtd = await startLibvirtd({ runDir: path.join(dir, 'lv'), cacheDir: LIBVIRT_CACHE_DIR });
     const bus = await startSystemBus();
-    const rig = new QemuRig(dir, images, libvirtd, bus, extraArgs);
+    let configFile: string | undefined;
+    if (configYaml !== undefined) {
+      configFile = path.join(dir, 'config.yaml');
+      await writeFile(configFile, configYaml);
+    }
+    const rig = new QemuRig(dir, images, libvirtd, bus, extraArgs, configFile);
     rig.agent = await startAgent(rig.opts);
     return rig;
   }

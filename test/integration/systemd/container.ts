@@ -18,6 +18,10 @@ export const isRoot = process.getuid?.() === 0;
 export interface AgentContainerOptions {
   name: string;
   hostShutdownTimeoutSec?: number;
+  /** hostShutdown.groups (default: none, one group with the whole timeout). */
+  hostShutdownGroups?: Array<{ minPriority: number; budgetSec: number }>;
+  /** restore.parallelism and restore.delaySec (defaults: the agent's). */
+  restore?: { parallelism?: number; delaySec?: number };
   watchdogSec?: number;
   /** Extra [Service] lines for the test drop-in. */
   serviceExtra?: string[];
@@ -27,14 +31,39 @@ export interface AgentContainer {
   c: BootedContainer;
   sh(script: string, timeoutMs?: number): Promise<ExecResult>;
   busctl(args: string[]): Promise<ExecResult>;
+  /** A Manager method over the container's system bus; resolves with busctl's JSON "data" (throws on an error reply). */
+  managerCall(method: string, signature?: string, args?: Array<string | number>): Promise<unknown[]>;
   managerState(): Promise<string>;
   mainPid(): Promise<number>;
-  createGuest(name: string, mode: 'acpi' | 'ignore'): Promise<void>;
+  /** CreateMachine with a 96 MiB test guest; `extra` adds spec fields (e.g. hostShutdownAction). */
+  createGuest(name: string, mode: 'acpi' | 'ignore', extra?: Record<string, unknown>): Promise<void>;
   waitGuestReady(name: string, mode: 'acpi' | 'ignore', timeoutMs?: number): Promise<void>;
+  /** The guest's serial log as seen from the host (readable after poweroff too). */
+  serialLog(name: string): string;
+  /** Runs our libvirt adapter inside the container (as the agent would): save or restore. */
+  adapter(op: 'save', domain: string, file: string): Promise<ExecResult>;
+  adapter(op: 'restore', file: string): Promise<ExecResult>;
+  /** Boots the powered-off container again from the same root and waits for systemd. */
+  bootAgain(timeoutMs?: number): Promise<void>;
   domState(name: string): Promise<string>;
   qemuPid(name: string): Promise<number>;
   stop(): Promise<void>;
 }
+
+/** Our libvirt adapter from the built tree, run by the container's node: `save DOMAIN FILE` or `restore FILE`. */
+const ADAPTER_SCRIPT = `
+const { LibvirtHypervisor } = await import('/opt/vmkeeper/dist/hypervisor/libvirt/libvirt-hypervisor.js');
+const { systemClock } = await import('/opt/vmkeeper/dist/lifecycle/clock.js');
+const { silentLogger } = await import('/opt/vmkeeper/dist/logging/logger.js');
+const [op, a, b] = process.argv.slice(1);
+const hv = new LibvirtHypervisor({ uri: 'qemu:///system', callTimeoutMs: 10000, logger: silentLogger, clock: systemClock });
+await hv.connect();
+const t0 = Date.now();
+if (op === 'save') await hv.saveDomain(a, b, 60000);
+else await hv.restoreDomain(a, 60000);
+console.log(op + ' ' + (Date.now() - t0) + ' ms');
+await hv.close();
+`;
 
 async function buildTree(): Promise<void> {
   await fs.access(path.join(REPO_ROOT, 'dist', 'main.js')).catch(() => {
@@ -60,6 +89,14 @@ function configYaml(o: AgentContainerOptions): string {
     `  timeoutSec: ${o.hostShutdownTimeoutSec ?? 15}`,
     '  parallelism: 8',
     '  onServiceStop: leave',
+    ...(o.hostShutdownGroups?.length
+      ? ['  groups:', ...o.hostShutdownGroups.map((g) => `    - {minPriority: ${g.minPriority}, budgetSec: ${g.budgetSec}}`)]
+      : []),
+    ...(o.restore
+      ? ['restore:',
+        ...(o.restore.parallelism !== undefined ? [`  parallelism: ${o.restore.parallelism}`] : []),
+        ...(o.restore.delaySec !== undefined ? [`  delaySec: ${o.restore.delaySec}`] : [])]
+      : []),
     'log:',
     '  level: debug',
     '',
@@ -97,6 +134,7 @@ export async function bootAgentContainer(o: AgentContainerOptions): Promise<Agen
     files: {
       '/opt/vmkeeper/package.json': await read('package.json'),
       '/usr/bin/vmkeeperd': { content: '#!/bin/sh\nexec /usr/local/bin/node /opt/vmkeeper/dist/main.js "$@"\n', mode: 0o755 },
+      '/usr/bin/vmkeeperctl': { content: '#!/bin/sh\nexec /usr/local/bin/node /opt/vmkeeper/dist/ctl/main.js "$@"\n', mode: 0o755 },
       '/etc/systemd/system/vmkeeperd.service': await read('systemd/vmkeeperd.service'),
       '/etc/systemd/system/vmkeeperd.service.d/test.conf': [
         '[Service]',
@@ -114,21 +152,30 @@ export async function bootAgentContainer(o: AgentContainerOptions): Promise<Agen
       '/etc/libvirt/qemu.conf': 'cgroup_controllers = [ ]\n',
     },
   });
-  try {
-    await c.waitForSystemRunning(60_000);
+  const boot = async (timeoutMs: number) => {
+    await c.waitForSystemRunning(timeoutMs);
     const tmp = await c.exec(['systemd-tmpfiles', '--create', '/usr/lib/tmpfiles.d/vmkeeperd.conf']);
     if (tmp.code !== 0) throw new Error(`systemd-tmpfiles: ${tmp.stderr}`);
     await c.exec(['systemctl', 'daemon-reload']);
+  };
+  try {
+    await boot(60_000);
   } catch (err) {
     await c.stop();
     throw err;
   }
   const sh = (script: string, timeoutMs = 60_000) => c.exec(['/bin/sh', '-c', script], { timeoutMs });
   const busctl = (args: string[]) => c.exec(['busctl', '--system', ...args], { timeoutMs: 20_000 });
+  const serialLog = (name: string) => path.join(c.root, 'var/lib/vmkeeper/guests', name, 'serial.log');
   const ac: AgentContainer = {
     c,
     sh,
     busctl,
+    async managerCall(method, signature = '', args = []) {
+      const r = await busctl(['--json=short', 'call', 'org.vmkeeper1', '/org/vmkeeper1', 'org.vmkeeper1.Manager', method, ...(signature ? [signature, ...args.map(String)] : [])]);
+      if (r.code !== 0) throw new Error(`${method}: ${r.stderr.trim()}`);
+      return (JSON.parse(r.stdout) as { data: unknown[] }).data;
+    },
     async managerState() {
       const r = await busctl(['get-property', 'org.vmkeeper1', '/org/vmkeeper1', 'org.vmkeeper1.Manager', 'State']);
       return r.code === 0 ? JSON.parse(r.stdout.trim().replace(/^s /, '')) as string : `error: ${r.stderr.trim()}`;
@@ -137,19 +184,20 @@ export async function bootAgentContainer(o: AgentContainerOptions): Promise<Agen
       const r = await c.exec(['systemctl', 'show', '-P', 'MainPID', 'vmkeeperd']);
       return Number(r.stdout.trim());
     },
-    async createGuest(name, mode) {
+    async createGuest(name, mode, extra = {}) {
       const spec = {
         cpus: 1,
         memoryMiB: 96,
         domainType: 'qemu',
         boot: { kernel: `${IMAGES}/vmlinuz`, initrd: `${IMAGES}/initrd-${mode}.img`, cmdline: 'console=ttyS0' },
         gracePeriodSec: 30,
+        ...extra,
       };
       const r = await busctl(['call', 'org.vmkeeper1', '/org/vmkeeper1', 'org.vmkeeper1.Manager', 'CreateMachine', 'ss', name, JSON.stringify(spec)]);
       if (r.code !== 0) throw new Error(`CreateMachine ${name}: ${r.stderr}`);
     },
     async waitGuestReady(name, mode, timeoutMs = 90_000) {
-      const log = path.join(c.root, 'var/lib/vmkeeper/guests', name, 'serial.log');
+      const log = serialLog(name);
       await waitFor(() => fs.access(log).then(() => true, () => false), { timeoutMs: 30_000, intervalMs: 200, what: `${log} to appear` });
       await waitForSerialLine(log, READY_LINE(mode), timeoutMs);
     },
@@ -160,6 +208,13 @@ export async function bootAgentContainer(o: AgentContainerOptions): Promise<Agen
     async qemuPid(name) {
       const r = await c.exec(['cat', `/run/libvirt/qemu/vmkeeper-${name}.pid`]);
       return Number(r.stdout.trim()) || 0;
+    },
+    serialLog,
+    adapter: (...args: string[]) =>
+      c.exec(['/usr/local/bin/node', '--input-type=module', '-e', ADAPTER_SCRIPT, ...args], { timeoutMs: 120_000 }),
+    async bootAgain(timeoutMs = 60_000) {
+      await c.boot();
+      await boot(timeoutMs);
     },
     stop: () => c.stop(),
   };
