@@ -108,7 +108,10 @@ describe.skipIf(!isRoot)('drain and undrain on real qemu guests', () => {
 
     const resumed = await readSerialProgress(keeperLog);
     expect(whyNotResumed(keeperBefore, resumed)).toBeUndefined();
-    expect(bootedAgain(plainBefore, await readSerialProgress(rig.serialLog('plain'))), 'plain booted again').toBe(true);
+    // READY comes before the first TICK: wait for plain's first tick of its new boot.
+    await waitFor(async () => bootedAgain(plainBefore, await readSerialProgress(rig.serialLog('plain'))), {
+      timeoutMs: 30_000, intervalMs: 200, what: `plain to tick in a new boot (was boot=${plainBefore.boot})`,
+    });
     await waitFor(() => !existsSync(file), { timeoutMs: 10_000, what: 'the saved state removed after the restore' });
     console.log(`drain on real guests: drained in ${drainMs} ms, back in ${undrainMs} ms; keeper counter ${keeperBefore.n} -> ${resumed.ticks.at(-1)!.n}`);
   }, 240_000);

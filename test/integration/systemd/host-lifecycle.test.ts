@@ -139,9 +139,12 @@ describe.skipIf(!isRoot)('host lifecycle under systemd', () => {
     expect(whyNotResumed(beforeReboot.saver, resumed)).toBeUndefined();
     // Whoever restores deletes the file.
     await waitFor(() => !existsSync(savedFile), { timeoutMs: 10_000, what: 'the saved state removed after the restore' });
-    // The others booted fresh: a new boot id, the counter from 1.
+    // The others booted fresh: a new boot id, the counter from 1. READY comes before the first TICK,
+    // so the last guest started may not have counted yet: wait for its first tick of the new boot.
     for (const name of NAMES.filter((n) => n !== 'saver')) {
-      expect(bootedAgain(beforeReboot[name], await readSerialProgress(a.serialLog(name))), `${name} booted again`).toBe(true);
+      await waitFor(async () => bootedAgain(beforeReboot[name], await readSerialProgress(a!.serialLog(name))), {
+        timeoutMs: 30_000, intervalMs: 200, what: `${name} to tick in a new boot (was boot=${beforeReboot[name].boot})`,
+      });
     }
 
     // --- what the events say --------------------------------------------------------------
