@@ -84,7 +84,7 @@ export class Daemon {
       config,
       clock,
       logger,
-      store: new FileMachineStore({ dir: recordsDir(config.stateDir), journalFile: recordJournalFile(config.stateDir), logger, validator: new StoredRecordValidator(specLimitsFrom(config)) }),
+      store: new FileMachineStore({ dir: recordsDir(config.stateDir), journalFile: recordJournalFile(config.stateDir), logger, clock, validator: new StoredRecordValidator(specLimitsFrom(config)) }),
       hypervisor,
       disks: new QemuImgDiskProvisioner({ logger }),
       eventFiles: new SegmentFiles(eventsDir(config.stateDir), logger),

@@ -72,7 +72,9 @@ export function guardOutbound(bus: MessageBus, logger: Logger): void {
       logger.debug('D-Bus message dropped', { error: describeError(err) });
     }
   };
+  const coalesce = writeCoalescer(bus);
   bus.send = (msg: Message) => {
+    coalesce();
     oneLineErrorText(msg);
     // Built only from checked values (see dbus-service.ts), so there is nothing left to check.
     const marshalled = marshalledBody(msg);
@@ -92,6 +94,34 @@ export function guardOutbound(bus: MessageBus, logger: Logger): void {
 function oneLineErrorText(msg: Message): void {
   const text: unknown = msg.type === MessageType.ERROR ? msg.body?.[0] : undefined;
   if (typeof text === 'string' && text.includes('\n')) msg.body = [text.split('\n')[0]!.trim()];
+}
+
+interface CorkableStream {
+  writable?: boolean;
+  cork?(): void;
+  uncork?(): void;
+}
+
+/**
+ * Holds the connection's writes until the end of this event-loop turn, then sends them in one
+ * writev: a batch of acknowledged writes sends a reply and three signals per machine, and one
+ * socket write each (a wake-up of dbus-daemon each) was the largest single cost of a write.
+ */
+function writeCoalescer(bus: MessageBus): () => void {
+  let corked: CorkableStream | undefined;
+  return () => {
+    if (corked) return;
+    const stream = (bus as unknown as { _connection?: { stream?: CorkableStream } })._connection?.stream;
+    if (!stream?.cork || !stream.uncork || stream.writable === false) return;
+    stream.cork();
+    corked = stream;
+    // setImmediate, not nextTick: the replies of one batch go out from promise continuations
+    // that run after the first nextTick would have uncorked.
+    setImmediate(() => {
+      corked = undefined;
+      stream.uncork!();
+    });
+  };
 }
 
 function isClosed(bus: MessageBus): boolean {

@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { type Clock, type TimerHandle, systemClock } from '../lifecycle/clock.js';
 import path from 'node:path';
 import { AgentError, describeError } from '../machine/errors.js';
 import { validateMachineName } from '../machine/names.js';
@@ -38,16 +39,26 @@ export interface FileMachineStoreOptions {
   validator?: StoredRecordValidator;
   /**
    * Write-ahead journal (e.g. <stateDir>/journal/records.log): a batch is durable with one
-   * fdatasync of it, record files are written through unsynced and made durable at checkpoints.
+   * fdatasync of it; record files follow it unsynced (see fileLagMs) and are made durable at
+   * checkpoints.
    */
   journalFile?: string;
   /** Journal bytes above which the store checkpoints after a batch. */
   checkpointBytes?: number;
+  /**
+   * With a journal: how long record files may trail it while writes keep coming. A batch that
+   * comes at least this long after the last file update writes its files before its answers;
+   * within it, files are written once for all the batches between (0: before every answer).
+   */
+  fileLagMs?: number;
+  /** Times the file lag (the `now` above names quarantined files only). */
+  clock?: Clock;
   /** Free space a journalled write must leave (MIN_FREE_BYTES); tests on a tiny tmpfs lower it. */
   minFreeBytes?: number;
 }
 
 const DEFAULT_CHECKPOINT_BYTES = 4 * 1024 * 1024;
+const DEFAULT_FILE_LAG_MS = 100;
 
 /**
  * Free space a journalled write must leave. A journal append can fit in the slack of the file's
@@ -88,6 +99,12 @@ export class FileMachineStore implements MachineStore {
   private readonly minFreeBytes: number;
   /** Records changed since the last checkpoint: their files may not be durable yet. */
   private dirty = new Set<string>();
+  private readonly fileLagMs: number;
+  private readonly clock: Clock;
+  /** Records whose file does not hold their latest (journalled) state yet. */
+  private unwritten = new Set<string>();
+  private lastFileUpdate = Number.NEGATIVE_INFINITY;
+  private fileTimer: TimerHandle | undefined;
 
   constructor(options: FileMachineStoreOptions) {
     this.dir = options.dir;
@@ -100,6 +117,8 @@ export class FileMachineStore implements MachineStore {
     this.journal = options.journalFile ? new RecordJournal({ file: options.journalFile, fs: this.fs }) : undefined;
     this.checkpointBytes = options.checkpointBytes ?? DEFAULT_CHECKPOINT_BYTES;
     this.minFreeBytes = options.minFreeBytes ?? MIN_FREE_BYTES;
+    this.fileLagMs = options.fileLagMs ?? DEFAULT_FILE_LAG_MS;
+    this.clock = options.clock ?? systemClock;
   }
 
   async load(): Promise<LoadResult> {
@@ -152,8 +171,15 @@ export class FileMachineStore implements MachineStore {
     return { records: records.size, quarantined };
   }
 
-  /** Closes the journal file (its fd would keep a file system busy); the store is not used after. */
+  /**
+   * Brings the record files up to date (best effort: the journal holds every change anyway) and
+   * closes the journal file (its fd would keep a file system busy); the store is not used after.
+   */
   async close(): Promise<void> {
+    this.fileTimer?.cancel();
+    this.fileTimer = undefined;
+    // A batch still running holds the slot (and may be stuck on a dead disk): it is not waited for.
+    if (!this.preparing && this.unwritten.size > 0) await this.writeUnwrittenFiles();
     await this.journal?.close();
   }
 
@@ -400,7 +426,11 @@ export class FileMachineStore implements MachineStore {
     const entries = [...batch.values()];
     void (async () => {
       const failure = await this.commitJournaled(journal, entries);
+      // After a quiet spell the files are written before the answers, so a caller that reads its
+      // record file finds its change there; in a burst they are written once per fileLagMs.
+      if (!failure && this.fileUpdateDue()) await this.writeUnwrittenFiles();
       for (const entry of entries) for (const w of entry.waiters) (failure ? w.reject(failure) : w.resolve());
+      if (this.unwritten.size > 0) this.scheduleFileUpdate();
       // Still holding the batch slot: a batch appended during the checkpoint would be cut off with it.
       if (!failure && journal.size > this.checkpointBytes) {
         // The writes are durable in the journal; a failed checkpoint only delays the next one.
@@ -427,10 +457,36 @@ export class FileMachineStore implements MachineStore {
     for (const e of entries) {
       this.setRecord(e.name, e.record);
       this.dirty.add(e.name);
+      this.unwritten.add(e.name);
     }
-    // Durable already; the files follow before the answer, whole (temp + rename), unsynced.
-    await Promise.all(entries.map((e) => this.writeThrough(e)));
     return undefined;
+  }
+
+  private fileUpdateDue(): boolean {
+    return this.clock.now() - this.lastFileUpdate >= this.fileLagMs;
+  }
+
+  /** A file update fileLagMs after the last, in the batch slot (a batch running then does it instead). */
+  private scheduleFileUpdate(): void {
+    if (this.fileTimer) return;
+    const wait = Math.max(0, this.lastFileUpdate + this.fileLagMs - this.clock.now());
+    this.fileTimer = this.clock.setTimer(wait, () => {
+      this.fileTimer = undefined;
+      if (this.preparing || this.unwritten.size === 0) return;
+      this.preparing = new Map();
+      void this.writeUnwrittenFiles().finally(() => {
+        this.preparing = undefined;
+        this.scheduleStart();
+      });
+    });
+  }
+
+  /** Durable in the journal already: the files follow, whole (temp + rename), unsynced. */
+  private async writeUnwrittenFiles(): Promise<void> {
+    const names = [...this.unwritten];
+    this.unwritten.clear();
+    this.lastFileUpdate = this.clock.now();
+    await Promise.all(names.map((name) => this.writeThrough(name)));
   }
 
   private async ensureFreeSpace(ops: JournalOp[]): Promise<void> {
@@ -440,10 +496,11 @@ export class FileMachineStore implements MachineStore {
     throw Object.assign(new Error(`ENOSPC: ${free} bytes free on the state file system, a write keeps ${need} free so its record file and checkpoint fit`), { code: 'ENOSPC' });
   }
 
-  private async writeThrough(e: PendingWrite): Promise<void> {
-    const file = this.fileOf(e.name);
+  private async writeThrough(name: string): Promise<void> {
+    const file = this.fileOf(name);
+    const record = this.records.get(name);
     try {
-      if (e.record) await this.replaceFile(e.name, e.record, false);
+      if (record) await this.replaceFile(name, record, false);
       else await this.fs.unlink(file).catch((err: NodeJS.ErrnoException) => { if (err.code !== 'ENOENT') throw err; });
     } catch (err) {
       // The journal holds the change; the next checkpoint rewrites the file.
@@ -469,7 +526,10 @@ export class FileMachineStore implements MachineStore {
     }));
     await this.syncDir();
     await journal.reset();
-    for (const name of names) this.dirty.delete(name);
+    for (const name of names) {
+      this.dirty.delete(name);
+      this.unwritten.delete(name);
+    }
   }
 
   private setRecord(name: string, record: MachineRecord | undefined): void {

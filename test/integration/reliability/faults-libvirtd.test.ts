@@ -31,12 +31,15 @@ async function ok(member: string, sig: string, body: unknown[], maxMs = 5000): P
 }
 const state = (name: string) => machineProp(client, name, 'State', 5000);
 const domains = async () => (await virsh(libvirtd.uri, ['list', '--all', '--name'])).stdout.split('\n').map((s) => s.trim()).filter(Boolean);
-const recordOnDisk = async (name: string) => JSON.parse(await readFile(path.join(opts.stateDir, 'machines', `${name}.json`), 'utf8')) as Record<string, any>;
+const readRecordFile = async (name: string) => JSON.parse(await readFile(path.join(opts.stateDir, 'machines', `${name}.json`), 'utf8')) as Record<string, any>;
+/** Record files trail the journal by up to the store's file lag (100 ms), so wait for the file to show `what`. */
+const recordFileShows = (name: string, test: (record: Record<string, any>) => boolean, what: string) =>
+  waitFor(async () => test(await readRecordFile(name).catch(() => ({}))), { timeoutMs: 5000, intervalMs: 20, what: `machines/${name}.json: ${what}` });
 async function expectGone(name: string): Promise<void> {
   expect((await listMachines(client)).map((m) => m[0])).not.toContain(name);
   expect(await domains()).not.toContain(`vmkeeper-${name}`);
   expect(await readdir(path.join(opts.stateDir, 'guests'))).not.toContain(name);
-  expect(await readdir(path.join(opts.stateDir, 'machines'))).not.toContain(`${name}.json`);
+  await waitFor(async () => !(await readdir(path.join(opts.stateDir, 'machines'))).includes(`${name}.json`), { timeoutMs: 5000, what: `machines/${name}.json removed` });
 }
 
 /** While `until` is false, D-Bus must answer every read within a wide margin; returns the worst latency. */
@@ -89,8 +92,8 @@ describe.skipIf(!isRoot)('fault injection: libvirtd', () => {
     await ok('DeleteMachineWithGracePeriod', 'su', ['a', 0]);
     await ok('CreateMachine', 'ss', ['e', SPEC]);
     await ok('SetMachineAnnotations', 'sa{ss}', ['b', { during: 'outage' }]);
-    expect((await recordOnDisk('a')).deletionTimestamp).toBeGreaterThan(0);
-    expect((await recordOnDisk('e')).name).toBe('e');
+    await recordFileShows('a', (r) => r.deletionTimestamp > 0, 'a deletion timestamp');
+    await recordFileShows('e', (r) => r.name === 'e', 'the record');
     expect(await state('a')).toBe('terminating');
     expect(await managerProp(client, 'State')).toBe('degraded');
 
@@ -120,13 +123,13 @@ describe.skipIf(!isRoot)('fault injection: libvirtd', () => {
         const r = await manager(client, 'CreateMachine', 'ss', [name, SPEC], 10_000);
         expect(r.ok ? 'ok' : `${r.errorName}: ${r.message}`, `CreateMachine ${name} while libvirtd is frozen\n${agent.output().slice(-6000)}`).toBe('ok');
         latencies.push(r.ms);
-        expect((await recordOnDisk(name)).name).toBe(name);
+        await recordFileShows(name, (r) => r.name === name, 'the record');
         await new Promise((resolve) => setTimeout(resolve, 300)); // pacing only, not synchronisation
       }
       expect(Math.max(...latencies)).toBeLessThan(5000);
       await ok('DeleteMachine', 's', ['c']);
       await ok('SetMachinePower', 'ss', ['d', 'on']).then(() => ok('SetMachinePower', 'ss', ['d', 'off']));
-      expect((await recordOnDisk('c')).deletionTimestamp).toBeGreaterThan(0);
+      await recordFileShows('c', (r) => r.deletionTimestamp > 0, 'a deletion timestamp');
       console.log(`libvirtd frozen: ${i} creates answered, worst ${Math.max(...latencies).toFixed(0)} ms, worst read ${worst.toFixed(0)} ms`);
     } finally {
       process.kill(libvirtd.pid, 'SIGCONT');

@@ -25,7 +25,8 @@ async function expectGone(name: string): Promise<void> {
   expect(await exists(name)).toBe(false);
   expect((await rig.virsh(['list', '--all', '--name'])).stdout).not.toContain(`vmkeeper-${name}`);
   expect(await readdir(path.join(rig.opts.stateDir, 'guests'))).not.toContain(name);
-  expect(await readdir(path.join(rig.opts.stateDir, 'machines'))).not.toContain(`${name}.json`);
+  // Record files trail the journal by up to the store's file lag (100 ms).
+  await waitFor(async () => !(await readdir(path.join(rig.opts.stateDir, 'machines'))).includes(`${name}.json`), { timeoutMs: 5000, what: `machines/${name}.json removed` });
 }
 
 describe.skipIf(!isRoot)('graceful deletion and power-off on real qemu guests', () => {
