@@ -1,5 +1,6 @@
 import { createRequire } from 'node:module';
 import { Message, MessageType, type MessageBus } from 'dbus-next';
+import { type EncodableMessage, encodeBody, encodeMessage } from './message-encoder.js';
 
 // dbus-next converts and marshals a reply's whole body on every send: ~0.2 s for ListMachines and
 // ~2 s for GetManagedObjects with 10,000 machines. A reply made of many elements that rarely
@@ -12,12 +13,13 @@ import { Message, MessageType, type MessageBus } from 'dbus-next';
 
 const requireDbus = createRequire(import.meta.url);
 const { marshallMessage } = requireDbus('dbus-next/lib/marshall-compat') as { marshallMessage(msg: Message): [Buffer, number[]] };
-const { marshall: marshallHeader } = requireDbus('dbus-next/lib/message') as { marshall(msg: object): [Buffer, number[]] };
 
 const pad8 = (n: number) => (n + 7) & ~7;
 
 /** The bytes of the body `[value]` of signature `signature` (one complete type). */
 function marshalBody(signature: string, value: unknown): Buffer {
+  const encoded = encodeBody(signature, [value]);
+  if (encoded) return encoded;
   const msg = new Message({ type: MessageType.METHOD_RETURN, serial: 1, replySerial: 1 as unknown as string, signature, body: [value] });
   const [bytes] = marshallMessage(msg);
   const bodyBytes = bytes.readUInt32LE(4);
@@ -65,8 +67,11 @@ interface Connection {
   state?: string;
 }
 
-/** Sends `msg` with `array` as its body, as dbus-next's connection would send an ordinary one. */
-export function sendMarshalled(bus: MessageBus, msg: Message, array: MarshalledArray): void {
+/**
+ * Sends `msg` encoded by message-encoder.ts (with `array` as its body, if given), as dbus-next's
+ * connection would send it. False when the encoder leaves the message to dbus-next.
+ */
+export function sendEncoded(bus: MessageBus, msg: Message, array?: MarshalledArray): boolean {
   const connection = (bus as unknown as { _connection?: Connection })._connection;
   const stream = connection?.stream;
   if (!stream || connection?.state !== 'connected' || !stream.writable) throw new Error('Cannot send message, stream is closed');
@@ -74,11 +79,9 @@ export function sendMarshalled(bus: MessageBus, msg: Message, array: MarshalledA
   if (msg.serial === null || msg.serial === undefined || sent._sent) {
     msg.serial = (bus as unknown as { newSerial(): number }).newSerial();
   }
-  // The header alone (no body), then the body length patched in: field 4 of 'yyyyuu', little-endian.
-  const { type, flags, serial, path, interface: iface, member, errorName, replySerial, destination, sender, signature } = msg;
-  const [header] = marshallHeader({ type, flags, serial, path, interface: iface, member, errorName, replySerial, destination, sender, signature });
-  const data = Buffer.concat([header, array.body]);
-  data.writeUInt32LE(array.body.length, 4);
+  const data = encodeMessage(msg as unknown as EncodableMessage, array?.body);
+  if (!data) return false;
   if (stream.supportsUnixFd) stream.write({ data, fds: [] });
   else stream.write(data);
+  return true;
 }

@@ -3,7 +3,7 @@ import type { Logger } from '../logging/logger.js';
 import { describeError } from '../machine/errors.js';
 import { wireTextProblem } from '../machine/text-rules.js';
 import { DBUS_ERROR_INTERNAL } from './errors.js';
-import { marshalledBody, sendMarshalled } from './marshalled.js';
+import { marshalledBody, sendEncoded } from './marshalled.js';
 
 // Every message the agent sends passes here. dbus-next throws on some values (a NUL, a dict whose
 // `constructor` key shadows Object) and sends others that sd-bus and GLib clients then refuse
@@ -81,8 +81,11 @@ export function guardOutbound(bus: MessageBus, logger: Logger): void {
     const problem = marshalled ? undefined : unmarshallableText(msg.body);
     if (problem) return refuse(msg, `a string ${problem}`);
     try {
-      if (marshalled) sendMarshalled(bus, msg, marshalled);
-      else send(msg);
+      // Encoded here when it can be (message-encoder.ts), else by dbus-next.
+      if (!sendEncoded(bus, msg, marshalled)) {
+        if (marshalled) throw new Error(`cannot encode the header of ${msg.member ?? 'a reply'}`);
+        send(msg);
+      }
     } catch (err) {
       if (isClosed(bus)) logger.debug('D-Bus message dropped after disconnect', { member: msg.member, error: describeError(err) });
       else refuse(msg, describeError(err));

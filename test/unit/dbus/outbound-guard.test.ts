@@ -5,18 +5,26 @@ import { DBUS_ERROR_INTERNAL } from '../../../src/dbus/errors.js';
 import { guardOutbound, unmarshallableText } from '../../../src/dbus/outbound-guard.js';
 import { captureLogger } from '../../support/records.js';
 
-// dbus-next's own marshaller stands in for the socket, so a value it refuses throws as on the bus.
-const { marshallMessage } = createRequire(import.meta.url)('dbus-next/lib/marshall-compat') as { marshallMessage(m: Message): unknown };
+// dbus-next's own marshaller stands in for the socket, so a value it refuses throws as on the bus;
+// what the guard encodes itself is written to the stream and read back with dbus-next's parser.
+const requireDbus = createRequire(import.meta.url);
+const { marshallMessage, messageToJsFmt } = requireDbus('dbus-next/lib/marshall-compat') as { marshallMessage(m: Message): unknown; messageToJsFmt(m: Message): Message };
+const { unmarshall } = requireDbus('dbus-next/lib/message') as { unmarshall(buf: Buffer): Message };
 
 function guardedBus() {
   const sent: Message[] = [];
+  let serials = 0;
   const bus = {
     send(m: Message) {
-      if (m.serial === null) m.serial = sent.length + 1; // as MessageBus.send does
+      if (m.serial === null) (m as unknown as { serial: number }).serial = ++serials; // as MessageBus.send does
       marshallMessage(m);
       sent.push(m);
     },
-    _connection: { stream: { writable: true, destroyed: false } },
+    newSerial: () => ++serials,
+    _connection: {
+      state: 'connected',
+      stream: { writable: true, destroyed: false, write: (data: Buffer) => sent.push(messageToJsFmt(unmarshall(data))) },
+    },
   };
   const logger = captureLogger();
   guardOutbound(bus as unknown as MessageBus, logger);
@@ -81,7 +89,8 @@ describe('guardOutbound: no reply is ever dropped silently', () => {
     const { bus, sent, logger } = guardedBus();
     const good = reply('a{ss}', [{ owner: 'team-a' }]);
     bus.send(good);
-    expect(sent).toEqual([good]);
+    expect(sent).toHaveLength(1);
+    expect(sent[0]).toMatchObject({ type: MessageType.METHOD_RETURN, replySerial: 7, destination: ':1.42', signature: 'a{ss}', body: [{ owner: 'team-a' }] });
     expect(logger.lines).toEqual([]);
   });
 
