@@ -69,10 +69,15 @@ export class MachineService implements MachineApi {
   }
 
   get(name: string): MachineRecord {
+    return cloneRecord(this.stored(name));
+  }
+
+  /** The stored record itself (not a copy: read it, never change it), or NoSuchMachine. */
+  private stored(name: string): MachineRecord {
     validateMachineName(name);
     const record = this.o.records.get(name);
     if (!record) throw noSuchMachine(name);
-    return cloneRecord(record);
+    return record;
   }
 
   list(): MachineRecord[] {
@@ -80,7 +85,7 @@ export class MachineService implements MachineApi {
   }
 
   async delete(name: string, graceSec?: number, options: CallOptions = {}): Promise<void> {
-    this.get(name);
+    this.stored(name);
     if (graceSec !== undefined && (!Number.isInteger(graceSec) || graceSec < 0 || graceSec > MAX_GRACE_SEC)) {
       throw new AgentError('InvalidArgument', `grace period must be 0..${MAX_GRACE_SEC} seconds`);
     }
@@ -113,7 +118,7 @@ export class MachineService implements MachineApi {
 
   async setPower(name: string, power: string, options: CallOptions = {}): Promise<void> {
     const desired = parsePower(power, 'power');
-    const current = this.get(name);
+    const current = this.stored(name);
     if (isDeleting(current)) throw machineTerminating(name);
     const now = this.o.clock.now();
     let changed = false;
@@ -146,7 +151,7 @@ export class MachineService implements MachineApi {
 
   async setAnnotations(name: string, annotations: Record<string, string>, options: CallOptions = {}): Promise<void> {
     const parsed = parseAnnotations(annotations);
-    this.get(name);
+    this.stored(name);
     let changed = false;
     const updated = await this.o.records.update(name, (r) => {
       requireVersion(r, options.expectedVersion);
