@@ -2,7 +2,7 @@
 // and writes against the real agent (test driver) for VMKEEPER_LOAD_SECONDS (default 60).
 // Run: npx tsx bench/load.bench.ts (or `npx tsx bench/load.bench.ts writers [clients]`: 8 annotation writers;
 // VMKEEPER_WRITERS_MACHINES=10000 runs them beside that many stored machines)
-import { runLoad, rssGrowth } from './load-run.js';
+import { runLoad, rssGrowth, rssKiB } from './load-run.js';
 import { startBenchAgent } from './fixtures.js';
 
 export async function loadBench(seconds: number, clients = 200): Promise<string[]> {
@@ -57,8 +57,9 @@ export async function annotationWriters(seconds: number, clients = 8): Promise<s
       }
     }));
     const perSec = latencies.length / ((performance.now() - start) / 1000);
+    const rssMiB = rssKiB(bench.agent.child.pid!) / 1024;
     for (const bus of buses) bus.disconnect();
-    return `annotation writers ${clients} x ${seconds} s (${stored} other machines): ${perSec.toFixed(0)} acknowledged writes/s (goal >= 2000: ${perSec >= 2000 ? 'meets' : 'misses'}) p50=${percentile(latencies, 50).toFixed(1)} ms p99=${percentile(latencies, 99).toFixed(1)} ms`;
+    return `annotation writers ${clients} x ${seconds} s (${stored} other machines): ${perSec.toFixed(0)} acknowledged writes/s (goal >= 2000: ${perSec >= 2000 ? 'meets' : 'misses'}) p50=${percentile(latencies, 50).toFixed(1)} ms p99=${percentile(latencies, 99).toFixed(1)} ms, agent RSS after ${rssMiB.toFixed(0)} MiB`;
   } finally {
     await bench.close();
   }

@@ -17,10 +17,12 @@ import { rssKiB } from './load-run.js';
 
 const IDLE_SEC = Number(process.env.VMKEEPER_SCALE_IDLE_SEC ?? 30);
 const SETTLE_MS = 10_000;
+const IDLE_AGAIN_SEC = 45;
 const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const loadAvg = () => os.loadavg().map((l) => l.toFixed(2)).join(' ');
 
-interface Row { what: string; value: number; unit: string; goal?: number }
+/** goal: the value must stay below it; atLeast: the value must reach it. */
+interface Row { what: string; value: number; unit: string; goal?: number; atLeast?: number }
 
 async function firstAnswer(address: string, t0: number): Promise<number> {
   for (;;) {
@@ -81,8 +83,12 @@ export async function scaleBench(count = 10_000): Promise<string[]> {
     const { reads, writesPerSec } = await readsUnderWrites(bus.address, client, 500, count);
     rows.push({ what: 'GetMachine p50, 8 writers', value: percentile(reads, 50), unit: 'ms' });
     rows.push({ what: 'GetMachine p99, 8 writers', value: percentile(reads, 99), unit: 'ms', goal: 20 });
-    rows.push({ what: 'acknowledged writes/s (8 writers)', value: writesPerSec, unit: '/s' });
-    rows.push({ what: 'RSS after the reads and writes', value: rssKiB(pid) / 1024, unit: 'MiB', goal: 200 });
+    rows.push({ what: 'acknowledged writes/s (8 writers)', value: writesPerSec, unit: '/s', atLeast: 2000 });
+    rows.push({ what: 'RSS right after the reads and writes', value: rssKiB(pid) / 1024, unit: 'MiB' });
+    // V8 gives back the heap a burst grew once allocation has been low for a while (its memory
+    // reducer, about 30 s here): the idle goal is measured again once the agent is idle again.
+    await pause(IDLE_AGAIN_SEC * 1000);
+    rows.push({ what: `RSS idle again, ${IDLE_AGAIN_SEC} s after the writes`, value: rssKiB(pid) / 1024, unit: 'MiB', goal: 200 });
     client.disconnect();
   } finally {
     await agent?.stop();
@@ -92,7 +98,8 @@ export async function scaleBench(count = 10_000): Promise<string[]> {
   const lines = [`${count} machines (test driver, agent ${benchFromSource ? 'from source through tsx' : `built, NODE_ENV=production, node ${benchAgentForm().nodeArgs.join(' ') || '(no options)'}`}), ${os.cpus().length} CPUs, load average at start ${loadAtStart}, at end ${loadAvg()}`];
   lines.push(`${'figure'.padEnd(42)} ${'value'.padStart(10)}  goal`);
   for (const r of rows) {
-    const verdict = r.goal === undefined ? '' : `< ${r.goal} ${r.unit}: ${r.value < r.goal ? 'met' : 'NOT met'}`;
+    const verdict = r.goal !== undefined ? `< ${r.goal} ${r.unit}: ${r.value < r.goal ? 'met' : 'NOT met'}`
+      : r.atLeast !== undefined ? `>= ${r.atLeast} ${r.unit}: ${r.value >= r.atLeast ? 'met' : 'NOT met'}` : '';
     lines.push(`${r.what.padEnd(42)} ${`${r.value.toFixed(1)} ${r.unit}`.padStart(10)}  ${verdict}`);
   }
   return lines;
