@@ -93,11 +93,16 @@ class Writer {
     this.buf[this.at++] = v;
   }
 
+  /** A fixed-size number, aligned to its own size. */
+  fixed(size: number, write: (buf: Buffer, at: number) => unknown): void {
+    this.align(size);
+    this.ensure(size);
+    write(this.buf, this.at);
+    this.at += size;
+  }
+
   u32(v: number): void {
-    this.align(4);
-    this.ensure(4);
-    this.buf.writeUInt32LE(v, this.at);
-    this.at += 4;
+    this.fixed(4, (buf, at) => buf.writeUInt32LE(v, at));
   }
 
   string(s: string): void {
@@ -147,39 +152,22 @@ function writeValue(w: Writer, type: TypeNode, value: unknown): void {
     case 'q': {
       const [min, max] = type.code === 'n' ? [-0x8000, 0x7fff] : [0, 0xffff];
       if (!isInteger(value) || value < min || value > max) throw notEncodable;
-      w.align(2);
-      w.ensure(2);
-      if (type.code === 'n') w.buf.writeInt16LE(value, w.at);
-      else w.buf.writeUInt16LE(value, w.at);
-      w.at += 2;
-      return;
+      return w.fixed(2, (buf, at) => (type.code === 'n' ? buf.writeInt16LE(value, at) : buf.writeUInt16LE(value, at)));
     }
     case 'i':
       if (!isInteger(value) || value < -0x80000000 || value > 0x7fffffff) throw notEncodable;
-      w.align(4);
-      w.ensure(4);
-      w.buf.writeInt32LE(value, w.at);
-      w.at += 4;
-      return;
+      return w.fixed(4, (buf, at) => buf.writeInt32LE(value, at));
     case 'u':
       if (!isInteger(value) || value < 0 || value > 0xffffffff) throw notEncodable;
       return w.u32(value);
     case 'x':
     case 't': {
       const big = int64(value, type.code === 'x');
-      w.align(8);
-      w.ensure(8);
-      w.buf.writeBigUInt64LE(BigInt.asUintN(64, big), w.at);
-      w.at += 8;
-      return;
+      return w.fixed(8, (buf, at) => buf.writeBigUInt64LE(BigInt.asUintN(64, big), at));
     }
     case 'd':
       if (typeof value !== 'number' || !Number.isFinite(value)) throw notEncodable;
-      w.align(8);
-      w.ensure(8);
-      w.buf.writeDoubleLE(value, w.at);
-      w.at += 8;
-      return;
+      return w.fixed(8, (buf, at) => buf.writeDoubleLE(value, at));
     case 's':
     case 'o':
       if (typeof value !== 'string') throw notEncodable;

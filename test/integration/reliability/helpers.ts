@@ -202,17 +202,7 @@ export async function listDir(dir: string): Promise<string[]> {
   return (await readdir(dir).catch(() => [] as string[])).sort();
 }
 
-/** A seeded PRNG (mulberry32): the same seed replays the same run. */
-export function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+export { prng } from '../../support/prng.js';
 
 /** A one-line D-Bus error message carries no stack trace and no source paths. */
 export function looksLikeStackTrace(message: string): boolean {
