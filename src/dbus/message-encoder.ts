@@ -282,7 +282,6 @@ const FIELDS: ReadonlyArray<[keyof EncodableMessage, number, TypeNode]> = [
   ['sender', 7, { code: 's', children: [], align: 4 }],
   ['signature', 8, { code: 'g', children: [], align: 1 }],
 ];
-const FIELD_SIGNATURE: Record<string, string> = { o: 'o', s: 's', u: 'u', g: 'g' };
 const METHOD_CALL = 1;
 
 /**
@@ -309,7 +308,7 @@ export function encodeMessage(msg: EncodableMessage, body?: Buffer): Buffer | un
       if (!value) continue; // dbus-next leaves out every falsy field
       w.align(8);
       w.u8(code);
-      w.signature(FIELD_SIGNATURE[type.code]!);
+      w.signature(type.code); // each field's variant holds one basic type
       writeValue(w, type, value);
     }
     w.buf.writeUInt32LE(w.at - fieldsStart, 12);
