@@ -4,6 +4,7 @@
 // VMKEEPER_WRITERS_MACHINES=10000 runs them beside that many stored machines)
 import { runLoad, rssGrowth, rssKiB } from './load-run.js';
 import { startBenchAgent } from './fixtures.js';
+import { cpuSeconds } from './idle.bench.js';
 
 export async function loadBench(seconds: number, clients = 200): Promise<string[]> {
   const bench = await startBenchAgent(0);
@@ -48,6 +49,8 @@ export async function annotationWriters(seconds: number, clients = 8): Promise<s
     await Promise.all(buses.map((bus, i) => bus.call(manager('CreateMachine', 'ss', [`writer-${i}`, spec]))));
     const latencies: number[] = [];
     const deadline = Date.now() + seconds * 1000;
+    const agentPid = bench.agent.child.pid!;
+    const cpu0 = { agent: cpuSeconds(agentPid), bus: cpuSeconds(bench.bus.pid), clients: process.cpuUsage() };
     const start = performance.now();
     await Promise.all(buses.map(async (bus, i) => {
       for (let n = 0; Date.now() < deadline; n++) {
@@ -56,10 +59,14 @@ export async function annotationWriters(seconds: number, clients = 8): Promise<s
         latencies.push(performance.now() - t0);
       }
     }));
-    const perSec = latencies.length / ((performance.now() - start) / 1000);
+    const wall = (performance.now() - start) / 1000;
+    const perSec = latencies.length / wall;
+    const clientCpu = process.cpuUsage(cpu0.clients);
+    const share = (s: number) => `${((s / wall) * 100).toFixed(0)}%`;
+    const cpu = `CPU agent ${share(cpuSeconds(agentPid) - cpu0.agent)}, dbus-daemon ${share(cpuSeconds(bench.bus.pid) - cpu0.bus)}, clients ${share((clientCpu.user + clientCpu.system) / 1e6)} of a core`;
     const rssMiB = rssKiB(bench.agent.child.pid!) / 1024;
     for (const bus of buses) bus.disconnect();
-    return `annotation writers ${clients} x ${seconds} s (${stored} other machines): ${perSec.toFixed(0)} acknowledged writes/s (goal >= 2000: ${perSec >= 2000 ? 'meets' : 'misses'}) p50=${percentile(latencies, 50).toFixed(1)} ms p99=${percentile(latencies, 99).toFixed(1)} ms, agent RSS after ${rssMiB.toFixed(0)} MiB`;
+    return `annotation writers ${clients} x ${seconds} s (${stored} other machines): ${perSec.toFixed(0)} acknowledged writes/s (goal >= 2000: ${perSec >= 2000 ? 'meets' : 'misses'}) p50=${percentile(latencies, 50).toFixed(1)} ms p99=${percentile(latencies, 99).toFixed(1)} ms, agent RSS after ${rssMiB.toFixed(0)} MiB; ${cpu}`;
   } finally {
     await bench.close();
   }
