@@ -5,8 +5,8 @@ import { readFileSync } from 'node:fs';
 import { rssKiB } from './load-run.js';
 import { startBenchAgent } from './fixtures.js';
 
-export function cpuSeconds(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+export function cpuSeconds(pid: number, thread?: number): number {
+  const stat = readFileSync(thread === undefined ? `/proc/${pid}/stat` : `/proc/${pid}/task/${thread}/stat`, 'utf8');
   const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   return (Number(f[11]) + Number(f[12])) / 100; // utime + stime, USER_HZ = 100
 }
@@ -19,6 +19,7 @@ export async function idleBench(seconds: number, counts = [0, 10_000]): Promise<
       const pid = bench.agent.child.pid!;
       await new Promise((r) => setTimeout(r, 5000)); // settle after start-up (first resync)
       const cpu0 = cpuSeconds(pid);
+      const main0 = cpuSeconds(pid, pid); // the main thread (JavaScript); the rest is V8's helpers and libuv's pool (libvirt calls, files)
       const rss: number[] = [];
       const t0 = Date.now();
       while (Date.now() - t0 < seconds * 1000) {
@@ -26,8 +27,10 @@ export async function idleBench(seconds: number, counts = [0, 10_000]): Promise<
         await new Promise((r) => setTimeout(r, 1000));
       }
       const cpu = cpuSeconds(pid) - cpu0;
+      const main = cpuSeconds(pid, pid) - main0;
       const wall = (Date.now() - t0) / 1000;
-      lines.push(`idle with ${count} machines over ${wall.toFixed(0)} s: RSS ${(Math.min(...rss) / 1024).toFixed(0)}-${(Math.max(...rss) / 1024).toFixed(0)} MiB, CPU ${cpu.toFixed(2)} s = ${((cpu / wall) * 100).toFixed(1)}% of one core`);
+      const share = (s: number) => `${((s / wall) * 100).toFixed(1)}%`;
+      lines.push(`idle with ${count} machines over ${wall.toFixed(0)} s: RSS ${(Math.min(...rss) / 1024).toFixed(0)}-${(Math.max(...rss) / 1024).toFixed(0)} MiB, CPU ${cpu.toFixed(2)} s = ${share(cpu)} of one core (main thread ${share(main)}, other threads ${share(cpu - main)})`);
     } finally {
       await bench.close();
     }
