@@ -101,7 +101,9 @@ export async function startBenchAgent(count: number, env: NodeJS.ProcessEnv = {}
   const { stateDir, imageDir, uri } = await writeMachines(dir, count);
   const bus = await startSessionBus();
   const configFile = path.join(dir, 'config.yaml');
-  await writeFile(configFile, process.env.BENCH_LOG ? 'log:\n  level: debug\n' : 'log:\n  level: warn\n');
+  // VMKEEPER_BENCH_CONFIG: YAML sections added to the agent's config, e.g. "machines: {pollIntervalMs: 60000}".
+  const extra = process.env.VMKEEPER_BENCH_CONFIG ? `${process.env.VMKEEPER_BENCH_CONFIG}\n` : '';
+  await writeFile(configFile, (process.env.BENCH_LOG ? 'log:\n  level: debug\n' : 'log:\n  level: warn\n') + extra);
   await buildAgentOnce();
   const form = benchAgentForm();
   const agent = spawnAgent({ busAddress: bus.address, stateDir, imageDir, libvirtUri: uri, configFile, extraArgs: ['--log-level', process.env.BENCH_LOG ? 'debug' : 'warn'], built: form.built, env: { ...form.env, ...env }, nodeArgs: form.nodeArgs });
