@@ -103,10 +103,11 @@ export async function startBenchAgent(count: number, env: NodeJS.ProcessEnv = {}
   const configFile = path.join(dir, 'config.yaml');
   // VMKEEPER_BENCH_CONFIG: YAML sections added to the agent's config, e.g. "machines: {pollIntervalMs: 60000}".
   const extra = process.env.VMKEEPER_BENCH_CONFIG ? `${process.env.VMKEEPER_BENCH_CONFIG}\n` : '';
-  await writeFile(configFile, (process.env.BENCH_LOG ? 'log:\n  level: debug\n' : 'log:\n  level: warn\n') + extra);
+  const level = process.env.BENCH_LOG ? 'debug' : 'warn';
+  await writeFile(configFile, `log:\n  level: ${level}\n${extra}`);
   await buildAgentOnce();
   const form = benchAgentForm();
-  const agent = spawnAgent({ busAddress: bus.address, stateDir, imageDir, libvirtUri: uri, configFile, extraArgs: ['--log-level', process.env.BENCH_LOG ? 'debug' : 'warn'], built: form.built, env: { ...form.env, ...env }, nodeArgs: form.nodeArgs });
+  const agent = spawnAgent({ busAddress: bus.address, stateDir, imageDir, libvirtUri: uri, configFile, extraArgs: ['--log-level', level], built: form.built, env: { ...form.env, ...env }, nodeArgs: form.nodeArgs });
   await agent.ready(Number(process.env.BENCH_READY_MS ?? 180_000));
   return {
     dir,

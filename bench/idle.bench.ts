@@ -1,15 +1,8 @@
 // Idle cost of the real agent (test driver, default config: 1 s domain poll, 30 s resync, 10 s
 // sweep) with 0 and 10,000 machines: VmRSS and CPU time over a window with no client calls.
 // Run: npx tsx bench/idle.bench.ts [seconds=30]
-import { readFileSync } from 'node:fs';
-import { rssKiB } from './load-run.js';
+import { cpuSeconds, rssKiB } from './load-run.js';
 import { startBenchAgent } from './fixtures.js';
-
-export function cpuSeconds(pid: number, thread?: number): number {
-  const stat = readFileSync(thread === undefined ? `/proc/${pid}/stat` : `/proc/${pid}/task/${thread}/stat`, 'utf8');
-  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return (Number(f[11]) + Number(f[12])) / 100; // utime + stime, USER_HZ = 100
-}
 
 export async function idleBench(seconds: number, counts = [0, 10_000]): Promise<string[]> {
   const lines: string[] = [];

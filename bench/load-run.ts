@@ -29,6 +29,13 @@ export interface LoadSummary {
   rss: Array<[number, number]>;
 }
 
+/** CPU time (user + system) of a process, or of one of its threads, in seconds. */
+export function cpuSeconds(pid: number, thread?: number): number {
+  const stat = readFileSync(thread === undefined ? `/proc/${pid}/stat` : `/proc/${pid}/task/${thread}/stat`, 'utf8');
+  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(f[11]) + Number(f[12])) / 100; // utime + stime, USER_HZ = 100
+}
+
 export function rssKiB(pid: number): number {
   const m = /^VmRSS:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
   return m ? Number(m[1]) : NaN;

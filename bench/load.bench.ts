@@ -2,9 +2,8 @@
 // and writes against the real agent (test driver) for VMKEEPER_LOAD_SECONDS (default 60).
 // Run: npx tsx bench/load.bench.ts (or `npx tsx bench/load.bench.ts writers [clients]`: 8 annotation writers;
 // VMKEEPER_WRITERS_MACHINES=10000 runs them beside that many stored machines)
-import { runLoad, rssGrowth, rssKiB } from './load-run.js';
+import { cpuSeconds, runLoad, rssGrowth, rssKiB } from './load-run.js';
 import { startBenchAgent } from './fixtures.js';
-import { cpuSeconds } from './idle.bench.js';
 
 export async function loadBench(seconds: number, clients = 200): Promise<string[]> {
   const bench = await startBenchAgent(0);
@@ -64,7 +63,7 @@ export async function annotationWriters(seconds: number, clients = 8): Promise<s
     const clientCpu = process.cpuUsage(cpu0.clients);
     const share = (s: number) => `${((s / wall) * 100).toFixed(0)}%`;
     const cpu = `CPU agent ${share(cpuSeconds(agentPid) - cpu0.agent)}, dbus-daemon ${share(cpuSeconds(bench.bus.pid) - cpu0.bus)}, clients ${share((clientCpu.user + clientCpu.system) / 1e6)} of a core`;
-    const rssMiB = rssKiB(bench.agent.child.pid!) / 1024;
+    const rssMiB = rssKiB(agentPid) / 1024;
     for (const bus of buses) bus.disconnect();
     return `annotation writers ${clients} x ${seconds} s (${stored} other machines): ${perSec.toFixed(0)} acknowledged writes/s (goal >= 2000: ${perSec >= 2000 ? 'meets' : 'misses'}) p50=${percentile(latencies, 50).toFixed(1)} ms p99=${percentile(latencies, 99).toFixed(1)} ms, agent RSS after ${rssMiB.toFixed(0)} MiB; ${cpu}`;
   } finally {

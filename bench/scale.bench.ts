@@ -12,8 +12,7 @@ import { startSessionBus } from '../test/support/dbus-daemon.js';
 import { percentile } from './common.js';
 import { busctlTimes, getId, mgr, objectManager, readsUnderWrites, timeCalls } from './dbus-latency.bench.js';
 import { benchAgentForm, benchFromSource, buildAgentOnce, notifyReceiver, writeMachines } from './fixtures.js';
-import { cpuSeconds } from './idle.bench.js';
-import { rssKiB } from './load-run.js';
+import { cpuSeconds, rssKiB } from './load-run.js';
 
 const IDLE_SEC = Number(process.env.VMKEEPER_SCALE_IDLE_SEC ?? 30);
 const SETTLE_MS = 10_000;
