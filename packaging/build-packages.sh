@@ -45,7 +45,7 @@ list_files() {
     git -C "$repo" ls-files -z --cached --others --exclude-standard
   else
     find . \( -path ./node_modules -o -path ./dist -o -path ./out -o -path ./.cache -o -path ./.dev -o -path ./.git \
-      -o -path ./.home -o -name '*.log' \) -prune -o -type f -print0 | sed -z 's|^\./||'
+      -o -path ./.home -o -path ./native/build -o -name '*.log' \) -prune -o -type f -print0 | sed -z 's|^\./||'
   fi | while IFS= read -r -d '' f; do
     # Tests, benchmarks and CI scripts are not package inputs: changing them must not rebuild.
     case $f in test/* | bench/* | .ci/*) continue ;; esac

@@ -2,8 +2,9 @@
 # Builds everything the packages ship that is not a plain file copy from the tree, into DEST:
 #
 #   DEST/lib/         -> /usr/lib/vmkeeper: bin/node (the bundled runtime), dist/ (the built agent,
-#                        and dist/ctl/ when vmkeeperctl exists), node_modules/ (production only, native
-#                        addons compiled against bin/node), package.json
+#                        and dist/ctl/ when vmkeeperctl exists), native/build/Release/ (the agent's
+#                        own domain events addon), node_modules/ (production only, native addons
+#                        compiled against bin/node), package.json
 #   DEST/bin/         -> /usr/bin: vmkeeperd (and vmkeeperctl), shell wrappers that exec bin/node
 #   DEST/man/         -> man pages rendered from docs/man/*.md
 #   DEST/doc/         -> extra docs: nodejs-LICENSE
@@ -42,11 +43,11 @@ done
 # Inputs that decide the stage's content. Package metadata (changelog, debian/, spec) is not one.
 inputs_hash() {
   {
-    echo "recipe 5"
+    echo "recipe 6"
     "$NODE" --version
     sha256sum "$NODE" | cut -d' ' -f1
     uname -m
-    find src docs/man completions -type f 2>/dev/null | LC_ALL=C sort | xargs -r sha256sum
+    find src native docs/man completions -type f ! -path 'native/build/*' 2>/dev/null | LC_ALL=C sort | xargs -r sha256sum
     sha256sum package.json package-lock.json tsconfig.json tsconfig.build.json packaging/stage-app.sh packaging/prune-modules.mjs packaging/node-flags
   } | sha256sum | cut -d' ' -f1
 }
@@ -89,6 +90,9 @@ cp package.json package-lock.json "$lib/"
 (cd "$lib" && npm ci --omit=dev --no-audit --no-fund --loglevel=warn)
 rm -f "$lib/package-lock.json"
 cp -a dist "$lib/dist"
+# The agent's own addon (built by `npm run build` against $NODE), where dist/ looks for it.
+mkdir -p "$lib/native/build/Release"
+cp native/build/Release/domain_events.node "$lib/native/build/Release/"
 
 # 3. Trim what is not needed at run time (and what lintian/rpmlint would rightly complain about).
 nm=$lib/node_modules
@@ -126,7 +130,7 @@ find "$nm" "$lib/dist" -type f ! -name '*.node' -exec grep -l '^#!' {} + | while
 done
 find "$lib" -type f ! -name '*.node' -exec chmod 0644 {} +
 find "$lib" -type d -exec chmod 0755 {} +
-find "$nm" -type f -name '*.node' -exec chmod 0644 {} +
+find "$nm" "$lib/native" -type f -name '*.node' -exec chmod 0644 {} +
 
 # 4. The runtime itself (stripped: the debug info alone is 12 MB), and its licence.
 cp "$NODE" "$lib/bin/node"
@@ -134,7 +138,7 @@ strip --strip-unneeded --remove-section=.comment --remove-section=.note "$lib/bi
 chmod 0755 "$lib/bin/node"
 cp "$node_license" "$dest/doc/nodejs-LICENSE"
 chmod 0644 "$dest/doc/nodejs-LICENSE"
-for addon in $(find "$nm" -type f -name '*.node'); do
+for addon in $(find "$nm" "$lib/native" -type f -name '*.node'); do
   strip --strip-unneeded --remove-section=.comment "$addon"
 done
 
@@ -183,8 +187,10 @@ fi
   const deps = Object.keys(JSON.parse(readFileSync("package.json", "utf8")).dependencies);
   for (const d of deps) await import(d);
   const { createRequire } = await import("node:module");
-  createRequire(process.cwd() + "/")("usocket");
-  console.log("loaded:", deps.join(" "), "usocket");
+  const require = createRequire(process.cwd() + "/");
+  require("usocket");
+  require("./native/build/Release/domain_events.node");
+  console.log("loaded:", deps.join(" "), "usocket", "domain_events.node");
 ')
 
 echo "$hash" > "$dest/.inputs-hash"

@@ -136,20 +136,29 @@ export class Agent {
       maxConcurrentSaves: parts.maxConcurrentSaves ?? 1,
       destroyTimeoutMs: config.libvirt.callTimeoutSec * 1000,
     });
-    // Each poll asks only which domains run; every domain is listed on a change and at each resync.
-    this.observer = new DomainObserver(hypervisor, clock, logger, m.pollIntervalMs, {
-      onSnapshot: (snapshot, changed) => {
-        this.reconciler.onSnapshot(snapshot, changed);
-        this.sweeper.onSnapshot(snapshot, changed);
+    // libvirt's domain events where there are any (else a poll of which domains run); every domain
+    // is listed at each resync.
+    this.observer = new DomainObserver({
+      hypervisor,
+      clock,
+      logger,
+      pollIntervalMs: m.pollIntervalMs,
+      fullListIntervalMs: m.resyncIntervalSec * 1000,
+      useEvents: config.libvirt.domainEvents === 'auto',
+      listener: {
+        onSnapshot: (snapshot, changed) => {
+          this.reconciler.onSnapshot(snapshot, changed);
+          this.sweeper.onSnapshot(snapshot, changed);
+        },
+        onConnectionChange: (connected) => {
+          this.service.setLibvirtConnected(connected);
+          if (connected) {
+            void this.reconciler.resyncAll();
+            void this.sweeper.sweepOnce();
+          }
+        },
       },
-      onConnectionChange: (connected) => {
-        this.service.setLibvirtConnected(connected);
-        if (connected) {
-          void this.reconciler.resyncAll();
-          void this.sweeper.sweepOnce();
-        }
-      },
-    }, m.resyncIntervalSec * 1000);
+    });
   }
 
   /** Loads the records and starts watching libvirt. A dead libvirtd leaves the agent degraded, not down. */

@@ -20,7 +20,7 @@ export const DEFAULT_CONFIG_PATH = '/etc/vmkeeper/config.yaml';
 export function defaultConfig(): Config {
   return {
     bus: 'system',
-    libvirt: { uri: 'qemu:///system', callTimeoutSec: 30 },
+    libvirt: { uri: 'qemu:///system', callTimeoutSec: 30, domainEvents: 'auto' },
     stateDir: DEFAULT_STATE_DIR,
     imageDirectories: ['/var/lib/vmkeeper/images'],
     defaultDomainType: 'kvm',

@@ -76,7 +76,7 @@ export const priorityGroups = v.pipe(
 
 export const CONFIG_FIELDS = {
   bus: busAddress,
-  libvirt: { uri: libvirtUri, callTimeoutSec: integer(1, 3600) },
+  libvirt: { uri: libvirtUri, callTimeoutSec: integer(1, 3600), domainEvents: oneOf('auto', 'off') },
   stateDir: absolutePath,
   imageDirectories: pathList,
   defaultDomainType: oneOf('kvm', 'qemu'),

@@ -1,7 +1,7 @@
 import type { Clock, TimerHandle } from '../lifecycle/clock.js';
 import type { Logger } from '../logging/logger.js';
 import { describeError } from '../machine/errors.js';
-import { isDomainActive, type DomainSummary, type Hypervisor } from '../hypervisor/port.js';
+import { isDomainActive, type DomainEventWatch, type DomainSummary, type Hypervisor } from '../hypervisor/port.js';
 
 export type DomainSnapshot = ReadonlyMap<string, DomainSummary>;
 
@@ -11,12 +11,32 @@ export interface ObserverListener {
   onConnectionChange(connected: boolean): void;
 }
 
+export interface DomainObserverOptions {
+  hypervisor: Hypervisor;
+  clock: Clock;
+  logger: Logger;
+  listener: ObserverListener;
+  /** Without events: how often libvirt is asked which domains are active. */
+  pollIntervalMs: number;
+  /** How often every domain is listed: with events the only poll, the safety net for a lost event. */
+  fullListIntervalMs: number;
+  /** Follow libvirt's domain events where the hypervisor has them (and poll where it has not). */
+  useEvents: boolean;
+}
+
+/** Event bursts larger than this (a host starting every guest) are answered by one full listing. */
+const MAX_SINGLE_LOOKUPS = 64;
+
 /**
- * Watches libvirt by polling, since the binding has no lifecycle events. Each tick asks only which
- * domains are active (a cost that follows the running domains, not the defined ones); the full
- * listing of every domain and its state, and the snapshot listeners see, comes when that set
- * changed, after a reconnect, and every fullListIntervalMs (a pause, or a domain defined or
- * undefined while off, shows no change in the active set).
+ * Watches libvirt. With domain events, a domain's event brings a fresh look at that domain alone,
+ * and every domain is listed only every fullListIntervalMs, so an idle host costs nothing per
+ * domain. Without them (a driver or URI that has none, or events turned off) it polls: each tick
+ * asks only which domains are active (a cost that follows the running domains), and every domain
+ * is listed when that set changed, after a reconnect, and every fullListIntervalMs (a pause, or a
+ * domain defined or undefined while off, shows no change in the active set).
+ *
+ * Listings and event lookups run one at a time, in order, so an older answer never overwrites a
+ * newer one. Events are subscribed to before the listing that follows, so none falls between.
  */
 export class DomainObserver {
   private snapshot: Map<string, DomainSummary> = new Map();
@@ -28,18 +48,28 @@ export class DomainObserver {
   private stopped = true;
   private polling: Promise<void> | undefined;
   private lastPollAt = 0;
+  /** Polls and event lookups, one after another. */
+  private work: Promise<void> = Promise.resolve();
+  private events: DomainEventWatch | undefined;
+  private lastSubscribeAt = Number.NEGATIVE_INFINITY;
+  /** Why the last subscription failed, so the same reason is logged once, not at every attempt. */
+  private eventsFailure: string | undefined;
+  /** Domains with an event not yet looked at. */
+  private readonly eventNames = new Set<string>();
+  private lookupQueued = false;
+  private readonly o: DomainObserverOptions;
 
-  constructor(
-    private readonly hypervisor: Hypervisor,
-    private readonly clock: Clock,
-    private readonly logger: Logger,
-    private readonly pollIntervalMs: number,
-    private readonly listener: ObserverListener,
-    private readonly fullListIntervalMs = pollIntervalMs,
-  ) {}
+  constructor(options: DomainObserverOptions) {
+    this.o = options;
+  }
 
   get isConnected(): boolean {
     return this.connected;
+  }
+
+  /** Whether changes now arrive as libvirt events (else the observer polls). */
+  get followsEvents(): boolean {
+    return this.events !== undefined;
   }
 
   get lastSnapshot(): DomainSnapshot {
@@ -72,36 +102,46 @@ export class DomainObserver {
     await this.pollNow();
   }
 
-  stop(): Promise<void> {
+  async stop(): Promise<void> {
     this.stopped = true;
     this.timer?.cancel();
-    return this.polling ?? Promise.resolve();
+    await (this.polling ?? Promise.resolve());
+    await this.dropEvents();
   }
 
   /** Runs a poll (or joins the one in flight) and schedules the next. */
   pollNow(): Promise<void> {
     if (!this.polling) {
       this.timer?.cancel();
-      this.polling = this.poll().finally(() => {
+      this.polling = this.serially(() => this.poll()).finally(() => {
         this.polling = undefined;
-        this.lastPollAt = this.clock.now();
-        if (!this.stopped) this.timer = this.clock.setTimer(this.pollIntervalMs, () => void this.pollNow());
+        this.lastPollAt = this.o.clock.now();
+        const interval = this.events ? this.o.fullListIntervalMs : this.o.pollIntervalMs;
+        if (!this.stopped) this.timer = this.o.clock.setTimer(interval, () => void this.pollNow());
       });
     }
     return this.polling;
   }
 
+  private serially(task: () => Promise<void>): Promise<void> {
+    const run = this.work.then(task);
+    this.work = run.catch(() => undefined);
+    return run;
+  }
+
   private async poll(): Promise<void> {
     let domains: DomainSummary[];
     try {
-      if (!this.hypervisor.isConnected()) await this.hypervisor.connect();
-      if (!this.fullListingDue() && this.sameActiveSet(await this.hypervisor.listActiveDomainNames())) return;
-      domains = await this.hypervisor.listDomains();
+      if (!this.o.hypervisor.isConnected()) await this.o.hypervisor.connect();
+      await this.subscribeIfDue();
+      if (!this.events && !this.fullListingDue() && this.sameActiveSet(await this.o.hypervisor.listActiveDomainNames())) return;
+      domains = await this.o.hypervisor.listDomains();
     } catch (err) {
       this.setConnected(false, describeError(err));
+      await this.dropEvents();
       return;
     }
-    this.lastFullAt = this.clock.now();
+    this.lastFullAt = this.o.clock.now();
     this.setConnected(true);
     const next = new Map(domains.map((d) => [d.name, d]));
     const changed = new Set<string>();
@@ -109,27 +149,115 @@ export class DomainObserver {
     for (const name of this.snapshot.keys()) if (!next.has(name)) changed.add(name);
     this.snapshot = next;
     this.activeNames = new Set(domains.filter((d) => isDomainActive(d.state)).map((d) => d.name));
+    await this.tell(changed);
+  }
+
+  private async tell(changed: ReadonlySet<string>): Promise<void> {
     try {
-      await this.listener.onSnapshot(next, changed);
+      await this.o.listener.onSnapshot(this.snapshot, changed);
     } catch (err) {
-      this.logger.error(`handling a domain snapshot failed: ${describeError(err)}`);
+      this.o.logger.error(`handling a domain snapshot failed: ${describeError(err)}`);
     }
   }
 
   /** After a reconnect (the daemon may have changed anything) and every fullListIntervalMs. */
   private fullListingDue(): boolean {
-    return !this.connected || this.clock.now() - this.lastFullAt >= this.fullListIntervalMs;
+    return !this.connected || this.o.clock.now() - this.lastFullAt >= this.o.fullListIntervalMs;
   }
 
   private sameActiveSet(active: readonly string[]): boolean {
     return active.length === this.activeNames.size && active.every((name) => this.activeNames.has(name));
   }
 
+  // ---- events ----
+
+  /** Subscribes when not yet following events; after a failure, again once per full listing. */
+  private async subscribeIfDue(): Promise<void> {
+    if (!this.o.useEvents || this.events || this.stopped) return;
+    if (this.eventsFailure !== undefined && this.o.clock.now() - this.lastSubscribeAt < this.o.fullListIntervalMs) return;
+    this.lastSubscribeAt = this.o.clock.now();
+    try {
+      this.events = await this.o.hypervisor.watchDomainEvents({
+        onDomainEvent: (name) => this.onDomainEvent(name),
+        onEventsLost: (reason) => this.onEventsLost(reason),
+      });
+    } catch (err) {
+      if (!this.o.hypervisor.isConnected()) throw err; // libvirt itself is away: the poll says so
+      const reason = describeError(err);
+      if (reason !== this.eventsFailure) {
+        this.o.logger.warn(`libvirt domain events are unavailable (${reason}); polling libvirt every ${this.o.pollIntervalMs} ms instead`);
+      }
+      this.eventsFailure = reason;
+      return;
+    }
+    this.eventsFailure = undefined;
+    this.o.logger.info(`following libvirt domain events; every domain is listed every ${Math.round(this.o.fullListIntervalMs / 1000)} s as a safety net`);
+  }
+
+  private onEventsLost(reason: string): void {
+    const lost = this.events;
+    this.events = undefined;
+    void lost?.close().catch(() => undefined);
+    if (this.stopped) return;
+    this.o.logger.warn(`lost libvirt domain events: ${reason}; polling until they are back`);
+    // Whatever happened while the connection was down shows in the listing the poll brings.
+    void this.pollNow();
+  }
+
+  private async dropEvents(): Promise<void> {
+    const watch = this.events;
+    this.events = undefined;
+    await watch?.close().catch((err: unknown) => this.o.logger.warn(`closing the libvirt event connection failed: ${describeError(err)}`));
+  }
+
+  private onDomainEvent(domainName: string): void {
+    this.eventNames.add(domainName);
+    if (this.lookupQueued) return;
+    this.lookupQueued = true;
+    void this.serially(async () => {
+      this.lookupQueued = false;
+      await this.lookUpEventDomains();
+    });
+  }
+
+  /** A fresh state for each domain with an event since the last look; a burst gets a full listing. */
+  private async lookUpEventDomains(): Promise<void> {
+    const names = [...this.eventNames];
+    this.eventNames.clear();
+    if (this.stopped || names.length === 0) return;
+    if (names.length > MAX_SINGLE_LOOKUPS || !this.connected) {
+      this.lastFullAt = Number.NEGATIVE_INFINITY;
+      void this.pollNow();
+      return;
+    }
+    const changed = new Set<string>();
+    try {
+      for (const name of names) {
+        const state = await this.o.hypervisor.domainState(name);
+        const known = this.snapshot.get(name);
+        if (state === known?.state) continue;
+        changed.add(name);
+        if (state === undefined) {
+          this.snapshot.delete(name);
+          this.activeNames.delete(name);
+        } else {
+          this.noteState(name, state);
+        }
+      }
+    } catch (err) {
+      // libvirt failed under us: the poll finds out whether it is gone, and lists every domain.
+      this.o.logger.warn(`looking up a domain after its event failed: ${describeError(err)}`);
+      this.lastFullAt = Number.NEGATIVE_INFINITY;
+      void this.pollNow();
+    }
+    if (changed.size > 0) await this.tell(changed);
+  }
+
   private setConnected(connected: boolean, reason?: string): void {
     if (connected === this.connected) return;
     this.connected = connected;
-    if (connected) this.logger.info(`connected to libvirt at ${this.hypervisor.uri}`);
-    else this.logger.warn(`libvirt at ${this.hypervisor.uri} is unavailable: ${reason}; retrying`);
-    this.listener.onConnectionChange(connected);
+    if (connected) this.o.logger.info(`connected to libvirt at ${this.o.hypervisor.uri}`);
+    else this.o.logger.warn(`libvirt at ${this.o.hypervisor.uri} is unavailable: ${reason}; retrying`);
+    this.o.listener.onConnectionChange(connected);
   }
 }

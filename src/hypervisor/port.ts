@@ -59,6 +59,11 @@ export interface Hypervisor {
    * tick, whose cost follows the running domains, not the defined ones. Throws when libvirt is gone.
    */
   listActiveDomainNames(): Promise<string[]>;
+  /**
+   * Follows the lifecycle events of the domains carrying the prefix, so that a change is seen
+   * without polling. Rejects when the hypervisor cannot deliver them (the caller polls instead).
+   */
+  watchDomainEvents(listener: DomainEventListener): Promise<DomainEventWatch>;
   /** Defines (or redefines) a persistent domain; returns its UUID. */
   defineDomain(description: DomainDescription): Promise<string>;
   /** Starts a defined domain; a running domain counts as started. */
@@ -81,6 +86,18 @@ export interface Hypervisor {
   domainState(name: string): Promise<DomainRunState | undefined>;
   /** The live definition's UUID and vmkeeper mark, for adoption checks (is this domain ours?). Undefined when not found. */
   domainIdentity(name: string): Promise<DomainIdentity | undefined>;
+}
+
+export interface DomainEventListener {
+  /** The domain was defined, undefined, started, stopped, paused, resumed, crashed... */
+  onDomainEvent(domainName: string): void;
+  /** No more events will come (the connection to libvirtd closed); reason says why. */
+  onEventsLost(reason: string): void;
+}
+
+export interface DomainEventWatch {
+  /** Stops the events; none is delivered once it resolves. */
+  close(): Promise<void>;
 }
 
 /** Creates and removes the disk files a machine owns (overlays and empty disks). */

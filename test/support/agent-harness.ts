@@ -13,6 +13,8 @@ import { MemoryStore } from './memory-store.js';
 export interface HarnessOptions {
   behaviour?: GuestBehaviour;
   shutdownDelayMs?: number;
+  /** The fake hypervisor delivers domain events (default: it has none, and the agent polls). */
+  events?: boolean;
   config?: (c: Config) => void;
   /** Where the fake clock starts, in milliseconds since the epoch. */
   clockStartMs?: number;
@@ -30,7 +32,7 @@ export class Harness {
 
   constructor(opts: HarnessOptions = {}) {
     this.clock = new FakeClock(opts.clockStartMs);
-    this.hv = new FakeHypervisor({ clock: this.clock, defaultBehaviour: opts.behaviour ?? 'obey', shutdownDelayMs: opts.shutdownDelayMs ?? 2000 });
+    this.hv = new FakeHypervisor({ clock: this.clock, defaultBehaviour: opts.behaviour ?? 'obey', shutdownDelayMs: opts.shutdownDelayMs ?? 2000, events: opts.events });
     this.config = defaultConfig();
     this.config.stateDir = '/state';
     this.config.imageDirectories = ['/images'];

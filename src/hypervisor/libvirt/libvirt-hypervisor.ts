@@ -3,7 +3,8 @@ import type { Clock } from '../../lifecycle/clock.js';
 import type { Logger } from '../../logging/logger.js';
 import { AgentError, describeError } from '../../machine/errors.js';
 import { DOMAIN_NAME_PREFIX } from '../../machine/names.js';
-import type { DomainDescription, DomainIdentity, DomainRunState, DomainSummary, Hypervisor } from '../port.js';
+import type { DomainDescription, DomainEventListener, DomainEventWatch, DomainIdentity, DomainRunState, DomainSummary, Hypervisor } from '../port.js';
+import { watchDomainEvents } from './domain-events.js';
 import { buildDomainXml, domainUuid, markedMachineName } from './domain-xml.js';
 import { BoundedCalls, CallQueueTimeoutError, CallTimeoutError, withCallTimeout } from './call-timeout.js';
 
@@ -91,6 +92,10 @@ export class LibvirtHypervisor implements Hypervisor {
     } catch (err) {
       this.logger.warn('closing the libvirt connection failed', { uri: this.uri, error: messageOf(err) });
     }
+  }
+
+  watchDomainEvents(listener: DomainEventListener): Promise<DomainEventWatch> {
+    return watchDomainEvents({ uri: this.uri, clock: this.clock, callTimeoutMs: this.callTimeoutMs }, listener);
   }
 
   async listDomains(): Promise<DomainSummary[]> {

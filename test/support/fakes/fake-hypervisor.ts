@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { systemClock, type Clock, type TimerHandle } from '../../../src/lifecycle/clock.js';
 import { AgentError } from '../../../src/machine/errors.js';
 import { DOMAIN_NAME_PREFIX } from '../../../src/machine/names.js';
-import type { DomainDescription, DomainIdentity, DomainRunState, DomainSummary, Hypervisor } from '../../../src/hypervisor/port.js';
+import type { DomainDescription, DomainEventListener, DomainEventWatch, DomainIdentity, DomainRunState, DomainSummary, Hypervisor } from '../../../src/hypervisor/port.js';
 
 // An in-memory hypervisor for unit tests, with guests that obey, ignore or hang on shutdown and
 // hooks to inject failures. Same idempotency rules as the libvirt adapter (see the contract tests).
@@ -23,7 +23,8 @@ export type FakeHypervisorOp =
   | 'domainState'
   | 'domainIdentity'
   | 'saveDomain'
-  | 'restoreDomain';
+  | 'restoreDomain'
+  | 'watchDomainEvents';
 
 export interface FakeHypervisorOptions {
   uri?: string;
@@ -31,6 +32,8 @@ export interface FakeHypervisorOptions {
   defaultBehaviour?: GuestBehaviour;
   /** How long an obeying guest takes to shut off after a request, on the clock. */
   shutdownDelayMs?: number;
+  /** Whether watchDomainEvents works (default: it rejects, as on a driver without events). */
+  events?: boolean;
 }
 
 interface FakeDomain {
@@ -61,12 +64,15 @@ export class FakeHypervisor implements Hypervisor {
   private readonly held = new Map<FakeHypervisorOp, (() => void)[]>();
   private available = true;
   private connected = false;
+  private readonly eventsSupported: boolean;
+  private readonly eventListeners = new Set<DomainEventListener>();
 
   constructor(opts: FakeHypervisorOptions = {}) {
     this.uri = opts.uri ?? 'fake:///';
     this.clock = opts.clock ?? systemClock;
     this.defaultBehaviour = opts.defaultBehaviour ?? 'obey';
     this.shutdownDelayMs = opts.shutdownDelayMs ?? 0;
+    this.eventsSupported = opts.events ?? false;
   }
 
   // ---- test controls ----
@@ -80,10 +86,25 @@ export class FakeHypervisor implements Hypervisor {
     this.failures.set(op, [...(this.failures.get(op) ?? []), error]);
   }
 
-  /** false: every call rejects with HypervisorUnavailable, as when libvirtd is down. */
+  /** false: every call rejects with HypervisorUnavailable, as when libvirtd is down (events end too). */
   setAvailable(available: boolean): void {
     this.available = available;
-    if (!available) this.connected = false;
+    if (!available) {
+      this.connected = false;
+      this.loseEvents('the fake hypervisor went away');
+    }
+  }
+
+  /** Ends every event watch, as libvirtd closing the event connection does. */
+  loseEvents(reason: string): void {
+    const listeners = [...this.eventListeners];
+    this.eventListeners.clear();
+    for (const l of listeners) l.onEventsLost(reason);
+  }
+
+  /** Event watches now open. */
+  get eventWatches(): number {
+    return this.eventListeners.size;
   }
 
   /** Saves of this domain take ms on the clock; a destroy meanwhile aborts the save. */
@@ -112,6 +133,7 @@ export class FakeHypervisor implements Hypervisor {
   addDomain(name: string, state: DomainRunState = 'shutoff', uuid: string = randomUUID(), description?: DomainDescription): void {
     this.domains.set(name, newDomain(name, uuid, description && { ...description, domainName: name, uuid }));
     this.setState(name, state);
+    this.notify(name);
   }
 
   /** What the domain was defined from (undefined when missing or made outside the agent). */
@@ -124,6 +146,7 @@ export class FakeHypervisor implements Hypervisor {
     const domain = this.require(name);
     if (domain.state !== 'shutoff') throw new Error(`fake hypervisor: ${name} is running; stop it before removing it`);
     this.domains.delete(name);
+    this.notify(name);
   }
 
   /** UUID of a defined domain (what `virsh domuuid` shows). */
@@ -152,7 +175,7 @@ export class FakeHypervisor implements Hypervisor {
   setState(name: string, state: DomainRunState): void {
     const domain = this.require(name);
     if (state === 'shutoff') this.stopped(domain);
-    else domain.state = state;
+    else this.changeState(domain, state);
   }
 
   /** Lets destroy calls stuck on a hanging guest complete. */
@@ -184,6 +207,13 @@ export class FakeHypervisor implements Hypervisor {
     return this.connected && this.available;
   }
 
+  async watchDomainEvents(listener: DomainEventListener): Promise<DomainEventWatch> {
+    await this.enter('watchDomainEvents');
+    if (!this.eventsSupported) throw new Error('fake hypervisor: events are off (pass events: true)');
+    this.eventListeners.add(listener);
+    return { close: async () => void this.eventListeners.delete(listener) };
+  }
+
   async listDomains(): Promise<DomainSummary[]> {
     await this.enter('listDomains');
     return [...this.domains.values()]
@@ -209,6 +239,7 @@ export class FakeHypervisor implements Hypervisor {
       existing.description = description;
       existing.persistent = true;
     } else this.domains.set(name, newDomain(name, uuid, description));
+    this.notify(name);
     return uuid;
   }
 
@@ -216,7 +247,7 @@ export class FakeHypervisor implements Hypervisor {
     await this.enter('startDomain', name);
     const domain = this.domains.get(name);
     if (!domain) throw notFound(name);
-    if (domain.state === 'shutoff' || domain.state === 'crashed') domain.state = 'running';
+    if (domain.state === 'shutoff' || domain.state === 'crashed') this.changeState(domain, 'running');
   }
 
   async shutdownDomain(name: string): Promise<void> {
@@ -260,7 +291,7 @@ export class FakeHypervisor implements Hypervisor {
       return this.stopped(domain);
     }
     // libvirt pauses the guest while its memory is written.
-    domain.state = 'paused';
+    this.changeState(domain, 'paused');
     return new Promise<void>((resolve, reject) => {
       const timer = this.clock.setTimer(domain.saveDelayMs, () => {
         domain.pendingSave = undefined;
@@ -279,7 +310,7 @@ export class FakeHypervisor implements Hypervisor {
     const domain = this.domains.get(name);
     if (!domain) throw notFound(name);
     if (domain.state !== 'shutoff' && domain.state !== 'crashed') throw new Error(`operation failed: domain '${name}' is already active`);
-    domain.state = 'running';
+    this.changeState(domain, 'running');
   }
 
   async undefineDomain(name: string): Promise<void> {
@@ -289,6 +320,7 @@ export class FakeHypervisor implements Hypervisor {
     // As libvirt does: a running domain loses its definition only once it stops.
     if (domain.state === 'shutoff') this.domains.delete(name);
     else domain.persistent = false;
+    this.notify(name);
   }
 
   async domainState(name: string): Promise<DomainRunState | undefined> {
@@ -328,6 +360,20 @@ export class FakeHypervisor implements Hypervisor {
     save?.reject(new Error('operation aborted: domain save job: the domain stopped'));
     domain.state = 'shutoff';
     if (!domain.persistent) this.domains.delete(domain.name);
+    this.notify(domain.name);
+  }
+
+  private changeState(domain: FakeDomain, state: DomainRunState): void {
+    domain.state = state;
+    this.notify(domain.name);
+  }
+
+  /** As libvirt does, events come after the change, from elsewhere (here: a microtask later). */
+  private notify(name: string): void {
+    if (this.eventListeners.size === 0 || !name.startsWith(DOMAIN_NAME_PREFIX)) return;
+    queueMicrotask(() => {
+      for (const l of this.eventListeners) l.onDomainEvent(name);
+    });
   }
 
   private require(name: string): FakeDomain {

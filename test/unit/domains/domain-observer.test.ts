@@ -27,10 +27,18 @@ beforeEach(async () => {
   hv.addDomain(b, 'shutoff');
   snapshots = [];
   connection = [];
-  observer = new DomainObserver(hv, clock, silentLogger, POLL_MS, {
-    onSnapshot: (snapshot, changed) => void snapshots.push({ snapshot, changed: [...changed].sort() }),
-    onConnectionChange: (connected) => void connection.push(connected),
-  }, FULL_MS);
+  observer = new DomainObserver({
+    hypervisor: hv,
+    clock,
+    logger: silentLogger,
+    pollIntervalMs: POLL_MS,
+    fullListIntervalMs: FULL_MS,
+    useEvents: true, // the fake has none unless asked: this suite polls
+    listener: {
+      onSnapshot: (snapshot, changed) => void snapshots.push({ snapshot, changed: [...changed].sort() }),
+      onConnectionChange: (connected) => void connection.push(connected),
+    },
+  });
   await observer.start();
 });
 

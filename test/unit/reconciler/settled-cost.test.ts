@@ -24,11 +24,39 @@ describe('reconciler and observer: settled machines cost O(1) libvirt calls', ()
     const ops = h.hv.calls.slice(callsBefore).map((c) => c.op);
     // The resyncs ran (two full listings) but found nothing unsettled: no pass, no lock, no promise per machine.
     expect(h.agent.reconciler.stats.passes - passesBefore).toBe(0);
-    expect(ops.every((op) => op === 'listActiveDomainNames' || op === 'listDomains')).toBe(true);
-    expect(ops.length).toBeLessThanOrEqual(25); // about one listing a poll, whatever COUNT is
+    // (A driver without events is asked again for them once per resync.)
+    expect(ops.every((op) => op === 'listActiveDomainNames' || op === 'listDomains' || op === 'watchDomainEvents')).toBe(true);
+    expect(ops.length).toBeLessThanOrEqual(28); // about one listing a poll, whatever COUNT is
     // Nothing ran or stopped: every domain is listed only at the resyncs (20 s at one per 10 s).
     expect(ops.filter((op) => op === 'listDomains').length).toBeLessThanOrEqual(3);
     expect(h.store.writes - writesBefore).toBe(0);
+  });
+
+  it(`${COUNT} stopped machines with domain events: 20 s idle cost only the resync listings, and an outside stop is seen at once`, async () => {
+    h = await new Harness({ events: true, config: (c) => (c.machines.resyncIntervalSec = 10) }).start();
+    for (let i = 0; i < COUNT; i++) await h.service.create(`m-${i}`, spec);
+    await h.advanceUntil(() => h.service.list().every((r) => r.status.state === 'stopped'));
+    await h.advance(11_000);
+    expect(h.agent.observer.followsEvents).toBe(true);
+    const callsBefore = h.hv.calls.length;
+    const passesBefore = h.agent.reconciler.stats.passes;
+    await h.advance(20_000);
+    const ops = h.hv.calls.slice(callsBefore).map((c) => c.op);
+    expect(h.agent.reconciler.stats.passes - passesBefore).toBe(0);
+    // No poll at all: the only calls are the full listings, one per resync (20 s at one per 10 s).
+    expect(ops.filter((op) => op !== 'listDomains')).toEqual([]);
+    expect(ops.length).toBeLessThanOrEqual(3);
+
+    // A guest started outside the agent, with its power off: seen from the event alone, long
+    // before the next listing, and powered off again.
+    const eventAt = h.hv.calls.length;
+    h.hv.setState('vmkeeper-m-7', 'running');
+    await h.advance(100);
+    const afterEvent = h.hv.calls.slice(eventAt);
+    expect(afterEvent.filter((c) => c.op === 'listDomains' || c.op === 'listActiveDomainNames')).toEqual([]);
+    expect(afterEvent).toContainEqual({ op: 'domainState', name: 'vmkeeper-m-7' });
+    expect(h.agent.observer.domain('vmkeeper-m-7')?.state).toBe('running');
+    await h.advanceUntil(() => h.hv.stateOf('vmkeeper-m-7') === 'shutoff', 60_000);
   });
 
   it('a change the poll cannot see (a domain paused behind our back) is passed over at the resync full listing', async () => {
