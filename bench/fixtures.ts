@@ -95,10 +95,20 @@ export interface BenchAgent {
   close(): Promise<void>;
 }
 
+/**
+ * Where the bench agent's domains live. "file" (the default): a test:///<file> node file with every
+ * domain, loaded at start; that driver has no domain events for the agent, so it polls. "default":
+ * the shared in-process test:///default, which has events; it starts empty, so the agent defines
+ * every domain from its records first (wait with waitUntilQuiet before measuring).
+ */
+export const BENCH_DOMAINS = process.env.VMKEEPER_BENCH_DOMAINS === 'default' ? 'default' : 'file';
+
 /** A private bus and the real agent (from source, via tsx) on `count` pre-written machines. */
 export async function startBenchAgent(count: number, env: NodeJS.ProcessEnv = {}): Promise<BenchAgent> {
   const dir = await mkdtemp(path.join(os.tmpdir(), 'vmk-bench-'));
-  const { stateDir, imageDir, uri } = await writeMachines(dir, count);
+  const written = await writeMachines(dir, count);
+  const { stateDir, imageDir } = written;
+  const uri = BENCH_DOMAINS === 'default' ? 'test:///default' : written.uri;
   const bus = await startSessionBus();
   const configFile = path.join(dir, 'config.yaml');
   // VMKEEPER_BENCH_CONFIG: YAML sections added to the agent's config, e.g. "machines: {pollIntervalMs: 60000}".
@@ -145,4 +155,20 @@ while True:
     });
   });
   return { listening: isListening, ready, stop: () => child.kill('SIGTERM') };
+}
+
+/**
+ * Waits until the process has used less than maxShare of a core over each of the last two
+ * windowMs windows (start-up work done), or deadlineMs passed; returns how long it took.
+ */
+export async function waitUntilQuiet(pid: number, maxShare = 0.1, windowMs = 2000, deadlineMs = 300_000): Promise<number> {
+  const { cpuSeconds } = await import('./load-run.js');
+  const t0 = Date.now();
+  let quiet = 0;
+  while (quiet < 2 && Date.now() - t0 < deadlineMs) {
+    const c0 = cpuSeconds(pid);
+    await new Promise((r) => setTimeout(r, windowMs)); // a measuring window, not synchronisation
+    quiet = cpuSeconds(pid) - c0 < (maxShare * windowMs) / 1000 ? quiet + 1 : 0;
+  }
+  return Date.now() - t0;
 }

@@ -1,8 +1,11 @@
-// Idle cost of the real agent (test driver, default config: 1 s domain poll, 30 s resync, 10 s
-// sweep) with 0 and 10,000 machines: VmRSS and CPU time over a window with no client calls.
+// Idle cost of the real agent (test driver, default config: 30 s resync, 10 s sweep, and either
+// domain events or a 1 s domain poll) with 0 and 10,000 machines: VmRSS and CPU time over a
+// window with no client calls.
 // Run: npx tsx bench/idle.bench.ts [seconds=30]
+//   VMKEEPER_BENCH_DOMAINS=default   domains in test:///default, with domain events (the agent
+//                                    defines them first); default: a node file, polled
 import { cpuSeconds, rssKiB } from './load-run.js';
-import { startBenchAgent } from './fixtures.js';
+import { BENCH_DOMAINS, startBenchAgent, waitUntilQuiet } from './fixtures.js';
 
 export async function idleBench(seconds: number, counts = [0, 10_000]): Promise<string[]> {
   const lines: string[] = [];
@@ -10,7 +13,7 @@ export async function idleBench(seconds: number, counts = [0, 10_000]): Promise<
     const bench = await startBenchAgent(count);
     try {
       const pid = bench.agent.child.pid!;
-      await new Promise((r) => setTimeout(r, 5000)); // settle after start-up (first resync)
+      const settledMs = await waitUntilQuiet(pid); // start-up done (first resync; with test:///default, every define)
       const cpu0 = cpuSeconds(pid);
       const main0 = cpuSeconds(pid, pid); // the main thread (JavaScript); the rest is V8's helpers and libuv's pool (libvirt calls, files)
       const rss: number[] = [];
@@ -23,7 +26,7 @@ export async function idleBench(seconds: number, counts = [0, 10_000]): Promise<
       const main = cpuSeconds(pid, pid) - main0;
       const wall = (Date.now() - t0) / 1000;
       const share = (s: number) => `${((s / wall) * 100).toFixed(1)}%`;
-      lines.push(`idle with ${count} machines over ${wall.toFixed(0)} s: RSS ${(Math.min(...rss) / 1024).toFixed(0)}-${(Math.max(...rss) / 1024).toFixed(0)} MiB, CPU ${cpu.toFixed(2)} s = ${share(cpu)} of one core (main thread ${share(main)}, other threads ${share(cpu - main)})`);
+      lines.push(`idle with ${count} machines (${BENCH_DOMAINS === 'default' ? 'test:///default, events' : 'node file, polled'}; quiet after ${(settledMs / 1000).toFixed(0)} s) over ${wall.toFixed(0)} s: RSS ${(Math.min(...rss) / 1024).toFixed(0)}-${(Math.max(...rss) / 1024).toFixed(0)} MiB, CPU ${cpu.toFixed(2)} s = ${share(cpu)} of one core (main thread ${share(main)}, other threads ${share(cpu - main)})`);
     } finally {
       await bench.close();
     }
