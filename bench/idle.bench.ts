@@ -1,7 +1,7 @@
 // Idle cost of the real agent (test driver, default config: 30 s resync, 10 s sweep, and either
 // domain events or a 1 s domain poll) with 0 and 10,000 machines: VmRSS and CPU time over a
 // window with no client calls.
-// Run: npx tsx bench/idle.bench.ts [seconds=30]
+// Run: npx tsx bench/idle.bench.ts [seconds=30] [counts=0,10000]
 //   VMKEEPER_BENCH_DOMAINS=default   domains in test:///default, with domain events (the agent
 //                                    defines them first); default: a node file, polled
 import { cpuSeconds, rssKiB } from './load-run.js';
@@ -35,6 +35,7 @@ export async function idleBench(seconds: number, counts = [0, 10_000]): Promise<
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
-  for (const l of await idleBench(Number(process.argv[2] ?? 30))) console.log(l);
+  const counts = process.argv[3] ? process.argv[3].split(',').map(Number) : undefined;
+  for (const l of await idleBench(Number(process.argv[2] ?? 30), counts)) console.log(l);
   process.exit(0);
 }
