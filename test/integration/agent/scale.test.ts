@@ -76,3 +76,33 @@ describe(`agent with ${COUNT} machines`, () => {
     expect(Date.now() - t0).toBeLessThan(20_000);
   }, 120_000);
 });
+
+describe(`agent with ${COUNT} machines on test:///default (domain events)`, () => {
+  let eventsDir: string;
+  let eventsBus: PrivateBus | undefined;
+  let eventsAgent: AgentProcess | undefined;
+
+  afterAll(async () => {
+    await eventsAgent?.stop();
+    await eventsBus?.stop();
+    if (eventsDir) await rm(eventsDir, { recursive: true, force: true });
+  });
+
+  it('follows libvirt domain events instead of polling, and idles under 20% of a core', async () => {
+    eventsDir = await mkdtemp(path.join(os.tmpdir(), 'vmk-scale-events-'));
+    // test:///default starts empty in the agent's process: the agent defines every domain first.
+    const { stateDir, imageDir } = await writeMachines(eventsDir, COUNT);
+    eventsBus = await startSessionBus();
+    eventsAgent = spawnAgent({ busAddress: eventsBus.address, stateDir, imageDir, libvirtUri: 'test:///default', extraArgs: ['--log-level', 'info'] });
+    await eventsAgent.ready(120_000);
+    await waitFor(() => eventsAgent!.output().includes('following libvirt domain events'), { timeoutMs: 30_000, what: 'the log line "following libvirt domain events"' });
+    expect(eventsAgent.output()).not.toContain('domain events are unavailable');
+    const pid = eventsAgent.child.pid!;
+    await waitFor(async () => (await cpuShareOver(pid, 5_000)) < 0.2, { timeoutMs: 90_000, intervalMs: 0, what: `the ${COUNT} defines to finish (CPU under 20%)` });
+    const cpu0 = cpuSeconds(pid);
+    const t0 = Date.now();
+    // A measurement window, not a wait for a state: 35 s spans one resync (30 s).
+    await new Promise((r) => setTimeout(r, 35_000));
+    expect((cpuSeconds(pid) - cpu0) / ((Date.now() - t0) / 1000)).toBeLessThan(0.2);
+  }, 240_000);
+});
