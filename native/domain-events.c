@@ -58,21 +58,40 @@ static void start_loop(void) {
   if (rc != 0) snprintf(loop_error, sizeof loop_error, "cannot start libvirt's event thread: %s", strerror(rc));
 }
 
-// One subscription. The thread-safe function is held once by JavaScript (until close()) and once
-// by the lifecycle registration (until libvirt frees it, which may be after a callback already
-// running on the loop thread returns); the last release finalises the watch.
+// One subscription. Its memory has a lifetime of its own, counted in refs: one for the
+// thread-safe function (dropped by its finaliser, which Node may run early, at the teardown of the
+// environment, while libvirt still holds the watch), and one for each libvirt registration
+// (dropped by libvirt's free callback, which comes only once no callback of it is running). The
+// thread-safe function is used only under the lock, and only while its finaliser has not run.
 typedef struct {
+  pthread_mutex_t lock;
+  int refs;
+  napi_threadsafe_function tsfn;  // NULL once finalised
   virConnectPtr conn;
   int callback_id;
   int close_registered;
-  napi_threadsafe_function tsfn;
-  napi_ref self;
   // Work on the pool: the URI to open, or the error it failed with.
   char *uri;
   char error[512];
   napi_deferred deferred;
   napi_async_work work;
 } watch_t;
+
+static void unref_watch(watch_t *w) {
+  pthread_mutex_lock(&w->lock);
+  int left = --w->refs;
+  pthread_mutex_unlock(&w->lock);
+  if (left > 0) return;
+  pthread_mutex_destroy(&w->lock);
+  free(w->uri);
+  free(w);
+}
+
+static void ref_watch(watch_t *w) {
+  pthread_mutex_lock(&w->lock);
+  w->refs++;
+  pthread_mutex_unlock(&w->lock);
+}
 
 typedef struct {
   char *name;  // NULL: the connection closed
@@ -86,7 +105,11 @@ static void post(watch_t *w, const char *name, int event, int detail) {
   m->name = name ? strdup(name) : NULL;
   m->event = event;
   m->detail = detail;
-  if (napi_call_threadsafe_function(w->tsfn, m, napi_tsfn_nonblocking) != napi_ok) {
+  napi_status status = napi_closing;
+  pthread_mutex_lock(&w->lock);
+  if (w->tsfn) status = napi_call_threadsafe_function(w->tsfn, m, napi_tsfn_nonblocking);
+  pthread_mutex_unlock(&w->lock);
+  if (status != napi_ok) {
     free(m->name);
     free(m);
   }
@@ -103,7 +126,7 @@ static void on_close(virConnectPtr conn, int reason, void *opaque) {
 }
 
 static void release_registration(void *opaque) {
-  napi_release_threadsafe_function(((watch_t *)opaque)->tsfn, napi_tsfn_release);
+  unref_watch(opaque);
 }
 
 static void call_js(napi_env env, napi_value callback, void *context, void *data) {
@@ -121,10 +144,12 @@ static void call_js(napi_env env, napi_value callback, void *context, void *data
   free(m);
 }
 
-static void finalize_watch(napi_env env, void *data, void *hint) {
+static void finalize_tsfn(napi_env env, void *data, void *hint) {
   watch_t *w = data;
-  free(w->uri);
-  free(w);
+  pthread_mutex_lock(&w->lock);
+  w->tsfn = NULL;
+  pthread_mutex_unlock(&w->lock);
+  unref_watch(w);
 }
 
 static void set_error(watch_t *w, const char *what) {
@@ -140,22 +165,32 @@ static void open_execute(napi_env env, void *data) {
     set_error(w, "cannot connect");
     return;
   }
-  // Each registration holds the thread-safe function until libvirt frees it.
-  napi_acquire_threadsafe_function(w->tsfn);
+  ref_watch(w);
   w->callback_id = virConnectDomainEventRegisterAny(w->conn, NULL, VIR_DOMAIN_EVENT_ID_LIFECYCLE,
                                                     VIR_DOMAIN_EVENT_CALLBACK(on_lifecycle), w, release_registration);
   if (w->callback_id < 0) {
     set_error(w, "cannot subscribe to domain events");
-    napi_release_threadsafe_function(w->tsfn, napi_tsfn_release);
+    unref_watch(w);  // libvirt does not call the free callback of a failed registration
     virConnectClose(w->conn);
     w->conn = NULL;
     return;
   }
-  // No hold for the close callback: libvirt runs it under a lock that unregistering takes, so once
-  // close() has unregistered it, it cannot be running. (Drivers that never lose their connection,
-  // like the in-process test driver, accept it and never call it.)
-  if (virConnectRegisterCloseCallback(w->conn, on_close, w, NULL) == 0) w->close_registered = 1;
-  else virResetLastError();
+  // Drivers that never lose their connection (the in-process test driver) accept the close
+  // callback and never call it, nor its free callback: their watch's memory is never given back.
+  ref_watch(w);
+  if (virConnectRegisterCloseCallback(w->conn, on_close, w, release_registration) < 0) {
+    // Without it a lost connection would go unnoticed, and the caller would wait for events forever.
+    set_error(w, "cannot watch the event connection");
+    unref_watch(w);
+    virConnectDomainEventDeregisterAny(w->conn, w->callback_id);
+    virConnectClose(w->conn);
+    w->conn = NULL;
+    return;
+  }
+  w->close_registered = 1;
+  // A frozen libvirtd is then noticed (the close callback, reason keepalive) instead of leaving
+  // the agent waiting for events that never come. Local drivers have no keepalive.
+  if (virConnectSetKeepAlive(w->conn, 5, 3) < 0) virResetLastError();
 }
 
 static napi_value make_watch_object(napi_env env, watch_t *w);
@@ -172,7 +207,7 @@ static void open_complete(napi_env env, napi_status status, void *data) {
   napi_create_string_utf8(env, w->error[0] ? w->error : "cannot connect", NAPI_AUTO_LENGTH, &message);
   napi_create_error(env, NULL, message, &error);
   napi_reject_deferred(env, w->deferred, error);
-  // JavaScript's hold: the last release finalises the watch.
+  // Its finaliser drops the last ref.
   napi_release_threadsafe_function(w->tsfn, napi_tsfn_release);
 }
 
@@ -199,11 +234,13 @@ static napi_value open_watch(napi_env env, napi_callback_info info) {
     napi_throw_error(env, NULL, "out of memory");
     return NULL;
   }
+  pthread_mutex_init(&w->lock, NULL);
+  w->refs = 1;  // the thread-safe function's
   CHECK(env, napi_get_value_string_utf8(env, argv[0], w->uri, len + 1, &len));
   w->callback_id = -1;
   napi_value name, promise;
   CHECK(env, napi_create_string_utf8(env, "libvirt-events", NAPI_AUTO_LENGTH, &name));
-  CHECK(env, napi_create_threadsafe_function(env, argv[1], NULL, name, 0, 1, w, finalize_watch, w, call_js, &w->tsfn));
+  CHECK(env, napi_create_threadsafe_function(env, argv[1], NULL, name, 0, 1, w, finalize_tsfn, w, call_js, &w->tsfn));
   // Events must not keep the process alive on their own.
   CHECK(env, napi_unref_threadsafe_function(env, w->tsfn));
   CHECK(env, napi_create_promise(env, &w->deferred, &promise));
@@ -216,8 +253,9 @@ static napi_value open_watch(napi_env env, napi_callback_info info) {
 
 static void close_execute(napi_env env, void *data) {
   watch_t *w = data;
-  // The lifecycle registration releases its hold through libvirt's free callback (now, or once a
-  // callback running on the loop thread returns).
+  // Each unregistration drops its ref through libvirt's free callback (now, or once a callback
+  // running on the loop thread returns). A failed one leaves its callback armed, with its ref:
+  // never a callback on freed memory.
   if (w->callback_id >= 0) virConnectDomainEventDeregisterAny(w->conn, w->callback_id);
   if (w->close_registered) virConnectUnregisterCloseCallback(w->conn, on_close);
   virConnectClose(w->conn);

@@ -1,7 +1,7 @@
 import type { Clock, TimerHandle } from '../lifecycle/clock.js';
 import type { Logger } from '../logging/logger.js';
 import { describeError } from '../machine/errors.js';
-import { isDomainActive, type DomainEventWatch, type DomainSummary, type Hypervisor } from '../hypervisor/port.js';
+import { DomainEventsUnsupported, isDomainActive, type DomainEventWatch, type DomainSummary, type Hypervisor } from '../hypervisor/port.js';
 
 export type DomainSnapshot = ReadonlyMap<string, DomainSummary>;
 
@@ -54,6 +54,8 @@ export class DomainObserver {
   private lastSubscribeAt = Number.NEGATIVE_INFINITY;
   /** Why the last subscription failed, so the same reason is logged once, not at every attempt. */
   private eventsFailure: string | undefined;
+  /** Events cannot be had here at all: asked again only once per full listing. */
+  private eventsUnsupported = false;
   /** Domains with an event not yet looked at. */
   private readonly eventNames = new Set<string>();
   private lookupQueued = false;
@@ -102,16 +104,18 @@ export class DomainObserver {
     await this.pollNow();
   }
 
+  /** Once it resolves, nothing touches libvirt or the listener any more. */
   async stop(): Promise<void> {
     this.stopped = true;
     this.timer?.cancel();
     await (this.polling ?? Promise.resolve());
     await this.dropEvents();
+    await this.work; // an event lookup in flight
   }
 
-  /** Runs a poll (or joins the one in flight) and schedules the next. */
+  /** Runs a poll (or joins the one in flight) and schedules the next; nothing once stopped. */
   pollNow(): Promise<void> {
-    if (!this.polling) {
+    if (!this.polling && !this.stopped) {
       this.timer?.cancel();
       this.polling = this.serially(() => this.poll()).finally(() => {
         this.polling = undefined;
@@ -120,7 +124,7 @@ export class DomainObserver {
         if (!this.stopped) this.timer = this.o.clock.setTimer(interval, () => void this.pollNow());
       });
     }
-    return this.polling;
+    return this.polling ?? Promise.resolve();
   }
 
   private serially(task: () => Promise<void>): Promise<void> {
@@ -130,6 +134,7 @@ export class DomainObserver {
   }
 
   private async poll(): Promise<void> {
+    if (this.stopped) return; // a poll queued behind a lookup when stop() came
     let domains: DomainSummary[];
     try {
       if (!this.o.hypervisor.isConnected()) await this.o.hypervisor.connect();
@@ -171,18 +176,23 @@ export class DomainObserver {
 
   // ---- events ----
 
-  /** Subscribes when not yet following events; after a failure, again once per full listing. */
+  /**
+   * Subscribes when not yet following events: at every poll while it fails for a passing reason
+   * (libvirtd restarting), once per full listing where events cannot be had at all.
+   */
   private async subscribeIfDue(): Promise<void> {
     if (!this.o.useEvents || this.events || this.stopped) return;
-    if (this.eventsFailure !== undefined && this.o.clock.now() - this.lastSubscribeAt < this.o.fullListIntervalMs) return;
+    if (this.eventsUnsupported && this.o.clock.now() - this.lastSubscribeAt < this.o.fullListIntervalMs) return;
     this.lastSubscribeAt = this.o.clock.now();
+    let watch: DomainEventWatch;
     try {
-      this.events = await this.o.hypervisor.watchDomainEvents({
+      watch = await this.o.hypervisor.watchDomainEvents({
         onDomainEvent: (name) => this.onDomainEvent(name),
         onEventsLost: (reason) => this.onEventsLost(reason),
       });
     } catch (err) {
       if (!this.o.hypervisor.isConnected()) throw err; // libvirt itself is away: the poll says so
+      this.eventsUnsupported = err instanceof DomainEventsUnsupported;
       const reason = describeError(err);
       if (reason !== this.eventsFailure) {
         this.o.logger.warn(`libvirt domain events are unavailable (${reason}); polling libvirt every ${this.o.pollIntervalMs} ms instead`);
@@ -190,7 +200,13 @@ export class DomainObserver {
       this.eventsFailure = reason;
       return;
     }
+    if (this.stopped) {
+      await watch.close().catch(() => undefined);
+      return;
+    }
+    this.events = watch;
     this.eventsFailure = undefined;
+    this.eventsUnsupported = false;
     this.o.logger.info(`following libvirt domain events; every domain is listed every ${Math.round(this.o.fullListIntervalMs / 1000)} s as a safety net`);
   }
 
@@ -200,7 +216,8 @@ export class DomainObserver {
     void lost?.close().catch(() => undefined);
     if (this.stopped) return;
     this.o.logger.warn(`lost libvirt domain events: ${reason}; polling until they are back`);
-    // Whatever happened while the connection was down shows in the listing the poll brings.
+    // Whatever changed while no one listened shows in a full listing, at once.
+    this.lastFullAt = Number.NEGATIVE_INFINITY;
     void this.pollNow();
   }
 
@@ -234,6 +251,7 @@ export class DomainObserver {
     try {
       for (const name of names) {
         const state = await this.o.hypervisor.domainState(name);
+        if (this.stopped) return;
         const known = this.snapshot.get(name);
         if (state === known?.state) continue;
         changed.add(name);
@@ -245,6 +263,7 @@ export class DomainObserver {
         }
       }
     } catch (err) {
+      if (this.stopped) return;
       // libvirt failed under us: the poll finds out whether it is gone, and lists every domain.
       this.o.logger.warn(`looking up a domain after its event failed: ${describeError(err)}`);
       this.lastFullAt = Number.NEGATIVE_INFINITY;

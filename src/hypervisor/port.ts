@@ -95,6 +95,15 @@ export interface DomainEventListener {
   onEventsLost(reason: string): void;
 }
 
+/**
+ * watchDomainEvents rejects with this when events cannot be had at all here (a URI or driver
+ * without them, no events addon): asking again soon is pointless. Any other rejection (libvirtd
+ * unreachable) may pass.
+ */
+export class DomainEventsUnsupported extends Error {
+  override readonly name = 'DomainEventsUnsupported';
+}
+
 export interface DomainEventWatch {
   /** Stops the events; none is delivered once it resolves. */
   close(): Promise<void>;

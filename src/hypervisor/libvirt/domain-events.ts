@@ -3,7 +3,7 @@ import { fileURLToPath } from 'node:url';
 import type { Clock } from '../../lifecycle/clock.js';
 import { describeError } from '../../machine/errors.js';
 import { DOMAIN_NAME_PREFIX } from '../../machine/names.js';
-import type { DomainEventListener, DomainEventWatch } from '../port.js';
+import { DomainEventsUnsupported, type DomainEventListener, type DomainEventWatch } from '../port.js';
 import { withCallTimeout } from './call-timeout.js';
 
 // Domain lifecycle events through the agent's own small addon (native/domain-events.c): the
@@ -20,17 +20,17 @@ interface NativeDomainEvents {
 /** Built by `npm run build` (node-gyp); src/ and dist/ are both one folder below the top. */
 const ADDON_FILE = fileURLToPath(new URL('../../../native/build/Release/domain_events.node', import.meta.url));
 
-let addon: NativeDomainEvents | Error | undefined;
+let addon: NativeDomainEvents | DomainEventsUnsupported | undefined;
 
 function loadAddon(): NativeDomainEvents {
   if (addon === undefined) {
     try {
       addon = createRequire(import.meta.url)(ADDON_FILE) as NativeDomainEvents;
     } catch (err) {
-      addon = new Error(`cannot load the domain events addon ${ADDON_FILE} (build it with npm run build): ${describeError(err)}`);
+      addon = new DomainEventsUnsupported(`cannot load the domain events addon ${ADDON_FILE} (build it with npm run build): ${describeError(err)}`);
     }
   }
-  if (addon instanceof Error) throw addon;
+  if (addon instanceof DomainEventsUnsupported) throw addon;
   return addon;
 }
 
@@ -51,7 +51,7 @@ export interface WatchDomainEventsOptions {
 
 export async function watchDomainEvents(o: WatchDomainEventsOptions, listener: DomainEventListener): Promise<DomainEventWatch> {
   if (!sharesDomainsAcrossConnections(o.uri)) {
-    throw new Error(`${o.uri} gives every connection domains of its own, so no event would tell of the agent's`);
+    throw new DomainEventsUnsupported(`${o.uri} gives every connection domains of its own, so no event would tell of the agent's`);
   }
   const native = loadAddon();
   let open = true;

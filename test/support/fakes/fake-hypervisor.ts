@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { systemClock, type Clock, type TimerHandle } from '../../../src/lifecycle/clock.js';
 import { AgentError } from '../../../src/machine/errors.js';
 import { DOMAIN_NAME_PREFIX } from '../../../src/machine/names.js';
-import type { DomainDescription, DomainEventListener, DomainEventWatch, DomainIdentity, DomainRunState, DomainSummary, Hypervisor } from '../../../src/hypervisor/port.js';
+import { DomainEventsUnsupported, type DomainDescription, type DomainEventListener, type DomainEventWatch, type DomainIdentity, type DomainRunState, type DomainSummary, type Hypervisor } from '../../../src/hypervisor/port.js';
 
 // An in-memory hypervisor for unit tests, with guests that obey, ignore or hang on shutdown and
 // hooks to inject failures. Same idempotency rules as the libvirt adapter (see the contract tests).
@@ -88,11 +88,11 @@ export class FakeHypervisor implements Hypervisor {
 
   /** false: every call rejects with HypervisorUnavailable, as when libvirtd is down (events end too). */
   setAvailable(available: boolean): void {
+    // As with libvirtd: the event connection's close is told while the agent's own connection
+    // still looks connected (it finds out at its next call).
+    if (!available) this.loseEvents('the fake hypervisor went away');
     this.available = available;
-    if (!available) {
-      this.connected = false;
-      this.loseEvents('the fake hypervisor went away');
-    }
+    if (!available) this.connected = false;
   }
 
   /** Ends every event watch, as libvirtd closing the event connection does. */
@@ -209,7 +209,7 @@ export class FakeHypervisor implements Hypervisor {
 
   async watchDomainEvents(listener: DomainEventListener): Promise<DomainEventWatch> {
     await this.enter('watchDomainEvents');
-    if (!this.eventsSupported) throw new Error('fake hypervisor: events are off (pass events: true)');
+    if (!this.eventsSupported) throw new DomainEventsUnsupported('fake hypervisor: events are off (pass events: true)');
     this.eventListeners.add(listener);
     return { close: async () => void this.eventListeners.delete(listener) };
   }

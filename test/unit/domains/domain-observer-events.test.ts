@@ -94,8 +94,10 @@ describe('DomainObserver with domain events', () => {
   it('events that change nothing the agent sees (a redefinition) report nothing', async () => {
     await startObserver();
     const before = snapshots.length;
+    const from = hv.calls.length;
     hv.setState(a, 'running');
     await clock.advance(0);
+    expect(hv.calls.slice(from)).toEqual([{ op: 'domainState', name: a }]); // looked, found no change
     expect(snapshots).toHaveLength(before);
   });
 
@@ -118,6 +120,42 @@ describe('DomainObserver with domain events', () => {
     expect(snapshots.at(-1)!.changed).toEqual([b]);
     expect(observer!.followsEvents).toBe(true);
     expect(hv.eventWatches).toBe(1);
+  });
+
+  it('events lost and libvirtd not back yet: a full listing at once, and a new subscription at each poll until one works', async () => {
+    await startObserver();
+    hv.failNext('watchDomainEvents', new Error('cannot connect: Connection refused'));
+    hv.failNext('watchDomainEvents', new Error('cannot connect: Connection refused'));
+    hv.setState(b, 'paused'); // unseen by the poll's active set: only a full listing shows it
+    hv.loseEvents('libvirtd restarted');
+    let ops = await opsDuring(0);
+    expect(ops).toEqual(['watchDomainEvents', 'listDomains']);
+    expect(observer!.domain(b)?.state).toBe('paused');
+    ops = await opsDuring(POLL_MS);
+    expect(ops).toEqual(['watchDomainEvents', 'listActiveDomainNames']); // failed again: polled meanwhile
+    ops = await opsDuring(POLL_MS);
+    expect(ops[0]).toBe('watchDomainEvents');
+    expect(observer!.followsEvents).toBe(true);
+  });
+
+  it('stop() waits for an event lookup in flight, which then changes and reports nothing', async () => {
+    await startObserver();
+    hv.hold('domainState');
+    hv.setState(b, 'running');
+    await clock.advance(0);
+    expect(hv.heldCalls('domainState')).toBe(1);
+    const before = snapshots.length;
+    let stopped = false;
+    const stopping = observer!.stop().then(() => (stopped = true));
+    await clock.advance(0);
+    expect(stopped).toBe(false);
+    const from = hv.calls.length;
+    hv.resume('domainState');
+    await stopping;
+    await clock.advance(10 * FULL_MS);
+    expect(hv.calls.slice(from)).toEqual([]);
+    expect(snapshots).toHaveLength(before);
+    expect(observer!.domain(b)?.state).toBe('shutoff');
   });
 
   it('libvirt gone: its events end and the poll takes over; back: subscribed again', async () => {
