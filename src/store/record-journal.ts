@@ -99,14 +99,22 @@ export class RecordJournal {
     return { batches, tornBytes };
   }
 
-  /** Appends one batch and syncs it; on failure the file is cut back to what it held (and it throws). */
-  async append(ops: JournalOp[]): Promise<void> {
+  /**
+   * Appends one batch and syncs it; on failure the file is cut back to what it held (and it
+   * throws). A precondition (the free-space check) runs beside the write instead of before it: when
+   * it fails, the synced frame is cut back as a failed write would be, and its error is thrown.
+   */
+  async append(ops: JournalOp[], precondition?: Promise<void>): Promise<void> {
     const fd = this.openFd();
     const before = this.length;
     const frame = encodeBatch(ops);
+    // Settles to its error, or undefined: it must not reject unobserved while the write runs.
+    const checked = precondition?.then(() => undefined, (err: unknown) => err ?? new Error('the precondition failed'));
     try {
       await this.fs.write(fd, frame);
       await this.fs.fdatasync(fd);
+      const failed = await checked;
+      if (failed !== undefined) throw failed;
     } catch (err) {
       // A frame that reached the disk while its caller is told it failed would come back on load.
       await this.cutTo(before).catch((cutErr: unknown) => {
