@@ -17,7 +17,7 @@ import { cpuSeconds, rssKiB } from './load-run.js';
 
 const IDLE_SEC = Number(process.env.VMKEEPER_SCALE_IDLE_SEC ?? 30);
 const SETTLE_MS = 10_000;
-const IDLE_AGAIN_SEC = 45;
+const IDLE_AGAIN_SEC = 90;
 const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const loadAvg = () => os.loadavg().map((l) => l.toFixed(2)).join(' ');
 
@@ -92,8 +92,14 @@ export async function scaleBench(count = 10_000): Promise<string[]> {
     rows.push({ what: 'RSS right after the reads and writes', value: rssKiB(pid) / 1024, unit: 'MiB' });
     // V8 gives back the heap a burst grew once allocation has been low for a while (its memory
     // reducer, about 30 s here): the idle goal is measured again once the agent is idle again.
-    await pause(IDLE_AGAIN_SEC * 1000);
-    rows.push({ what: `RSS idle again, ${IDLE_AGAIN_SEC} s after the writes`, value: rssKiB(pid) / 1024, unit: 'MiB', goal: 200 });
+    // Sampled, not read once: when the reducer runs varies (about 30 s after a burst of writes alone).
+    const after: number[] = [];
+    for (let t = 0; t < IDLE_AGAIN_SEC; t += 5) {
+      await pause(5000); // a sampling interval, not a wait for a state
+      after.push(rssKiB(pid) / 1024);
+    }
+    rows.push({ what: 'RSS after the writes, highest of 5 s samples', value: Math.max(...after), unit: 'MiB' });
+    rows.push({ what: `RSS idle again, ${IDLE_AGAIN_SEC} s after the writes`, value: after.at(-1)!, unit: 'MiB', goal: 200 });
     client.disconnect();
   } finally {
     await agent?.stop();
