@@ -1,24 +1,20 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { DomainObserver, type DomainSnapshot } from '../../../src/domains/domain-observer.js';
+import { DomainObserver } from '../../../src/domains/domain-observer.js';
 import { silentLogger } from '../../../src/logging/logger.js';
 import { domainNameFor } from '../../../src/machine/names.js';
 import { FakeClock } from '../../support/fakes/fake-clock.js';
 import { FakeHypervisor } from '../../support/fakes/fake-hypervisor.js';
+import { FULL_MS, POLL_MS, a, b, c, type SeenSnapshot } from './observer-fixture.js';
 
 // With domain events, nothing is polled: a domain's event brings a look at that domain alone, and
 // every domain is listed only at the full-list interval (the safety net). Lost events, or none to
 // be had, bring the poll back.
 
-const POLL_MS = 1000;
-const FULL_MS = 30_000;
-const a = domainNameFor('a');
-const b = domainNameFor('b');
-const c = domainNameFor('c');
 
 let clock: FakeClock;
 let hv: FakeHypervisor;
 let observer: DomainObserver | undefined;
-let snapshots: { snapshot: DomainSnapshot; changed: string[] }[];
+let snapshots: SeenSnapshot[];
 
 function startObserver(opts: { events?: boolean; useEvents?: boolean } = {}): Promise<void> {
   hv = new FakeHypervisor({ clock, events: opts.events ?? true });

@@ -1,23 +1,18 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { DomainObserver, type DomainSnapshot } from '../../../src/domains/domain-observer.js';
+import { DomainObserver } from '../../../src/domains/domain-observer.js';
 import { silentLogger } from '../../../src/logging/logger.js';
-import { domainNameFor } from '../../../src/machine/names.js';
 import { FakeClock } from '../../support/fakes/fake-clock.js';
 import { FakeHypervisor } from '../../support/fakes/fake-hypervisor.js';
+import { FULL_MS, POLL_MS, a, b, c, type SeenSnapshot } from './observer-fixture.js';
 
 // Each tick asks only which domains are active; the full listing (and a snapshot for the
 // listeners) comes when that set changed, after a reconnect, and every full-list interval.
 
-const POLL_MS = 1000;
-const FULL_MS = 30_000;
-const a = domainNameFor('a');
-const b = domainNameFor('b');
-const c = domainNameFor('c');
 
 let clock: FakeClock;
 let hv: FakeHypervisor;
 let observer: DomainObserver;
-let snapshots: { snapshot: DomainSnapshot; changed: string[] }[];
+let snapshots: SeenSnapshot[];
 let connection: boolean[];
 
 beforeEach(async () => {
