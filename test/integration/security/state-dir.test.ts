@@ -130,6 +130,11 @@ describe.skipIf(!isRoot)('security: a tampered state dir (root editing machines/
       const logged = /reason=("(?:[^"\\]|\\.)*"|\S+)/.exec(lines[0]!)?.[1];
       expect(logged && (logged.startsWith('"') ? JSON.parse(logged) : logged), `${file} reason`).toMatch(reason);
     }
+    // The reconciler may be rewriting good.json right now (its status follows the domain), and
+    // an atomic write shows a .tmp- file for a moment: wait for the folder to settle, with a
+    // deadline, so a temporary file the agent leaves behind still fails the test.
+    const settled = async () => (await readdir(machines)).sort().join(',') === 'good.json';
+    await waitFor(settled, { timeoutMs: 10_000, what: 'machines/ to hold only good.json' }).catch(() => undefined);
     expect((await readdir(machines)).sort()).toEqual(['good.json']);
     // No content of any planted file reaches the log: not /etc/shadow's first bytes, not the marker.
     expect(log).not.toContain(shadowHead);
