@@ -75,6 +75,8 @@ export class Agent {
       files: parts.eventFiles,
       onDurable: (batch) => batch.forEach((e) => emitter.emit('eventJournaled', e)),
     });
+    // A store with a journal carries each API call's event in its record's frame: one sync per call.
+    store.carryAttachmentsOf?.(this.journal);
     const events = new EventLog(clock, logger, (e) => emitter.emit('event', e), this.journal);
     this.records = new MachineRecords(store, events, emitter);
     const machineLock = new KeyedLock();

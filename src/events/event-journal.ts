@@ -1,13 +1,19 @@
 import type { Clock } from '../lifecycle/clock.js';
 import type { Logger } from '../logging/logger.js';
 import { AgentError, describeError } from '../machine/errors.js';
+import type { AttachmentOwner } from '../store/port.js';
 import { encodeFrame } from './frame.js';
-import { parseStoredEvent, type AgentEvent } from './recorded-event.js';
+import { parseStoredEvent, toStoredEvent, type AgentEvent } from './recorded-event.js';
 import type { SegmentFiles } from './segment-files.js';
 
 // The ordered event journal: sequence numbers assigned at once, appends written in batches (one
 // write and one fdatasync for all events that arrived meanwhile), whole old segments dropped when
 // the journal holds more than maxCount events or they are older than maxAgeMs.
+//
+// An event may also ride in the record store's journal frame with the record change it describes
+// (reserve, then carry): it is durable when that frame is, with no sync of its own. Its segment
+// write follows unsynced; the store calls secure() before it empties its journal, and recover()
+// on load gives back the carried events a crash kept out of the segments.
 
 export interface JournalRetention {
   maxCount: number;
@@ -36,22 +42,36 @@ interface Segment {
   newestAt: number;
 }
 
-interface Batch {
-  events: AgentEvent[];
-  done: Promise<void>;
+interface Waiter {
+  sequence: number;
   resolve: () => void;
 }
 
 export const eventsExpired = (why: string) => new AgentError('EventsExpired', `${why}; list again from cursor 0`);
 
-export class EventJournal {
+export class EventJournal implements AttachmentOwner {
+  /** Every event kept, in sequence order, reserved ones included. */
   private events: AgentEvent[] = [];
   private segments: Segment[] = [];
   private nextSequence = 1;
   /** Events up to this one are on disk: the only ones readers and the sequenced signal see. */
   private durableSequence = 0;
-  private pending: Batch | undefined;
-  private writing: Batch | undefined;
+  /** Reserved for a record write not settled yet: invisible, and no segment write passes one. */
+  private readonly held = new Set<number>();
+  /** On disk in a record-journal frame; their segment write needs no sync until secure(). */
+  private readonly carried = new Set<number>();
+  /** Settled events not in a segment yet, in sequence order. */
+  private unwritten: AgentEvent[] = [];
+  /** Every event up to here is in a synced segment. */
+  private syncedThrough = 0;
+  /** The highest sequence written to a segment, synced or not. */
+  private writtenThrough = 0;
+  /** Their segment write failed (logged): shown from memory, written again with the next batch. */
+  private readonly keptInMemory = new Set<number>();
+  /** Segment writes run one after another on this chain. */
+  private chain: Promise<unknown> = Promise.resolve();
+  private writeScheduled = false;
+  private waiters: Waiter[] = [];
 
   constructor(private readonly o: EventJournalOptions) {}
 
@@ -72,7 +92,7 @@ export class EventJournal {
       }
       this.segments.push(segment);
     }
-    this.durableSequence = this.nextSequence - 1;
+    this.durableSequence = this.syncedThrough = this.writtenThrough = this.nextSequence - 1;
     const last = this.segments.at(-1);
     if (last) await files.activate(last.first);
     else await this.startSegment();
@@ -81,21 +101,86 @@ export class EventJournal {
 
   /** Assigns the next sequence and queues the write; never waits. */
   append(event: Omit<AgentEvent, 'sequence'>): AgentEvent {
+    const recorded = this.reserve(event);
+    this.release(recorded);
+    return recorded;
+  }
+
+  /**
+   * Assigns the next sequence to the event of a record write before the write is made. Until
+   * carry(), release() or cancel() it is invisible and holds back the segment writes after it.
+   */
+  reserve(event: Omit<AgentEvent, 'sequence'>): AgentEvent {
     const recorded: AgentEvent = { sequence: this.nextSequence++, ...event };
     this.events.push(recorded);
-    if (!this.pending) {
-      let resolve!: () => void;
-      const done = new Promise<void>((r) => (resolve = r));
-      this.pending = { events: [], done, resolve };
-      if (!this.writing) void this.writeLoop();
-    }
-    this.pending.events.push(recorded);
+    this.held.add(recorded.sequence);
     return recorded;
+  }
+
+  /** The record-journal frame holding the event is durable: so is the event. */
+  carry(event: AgentEvent): void {
+    if (!this.held.has(event.sequence)) return;
+    this.carried.add(event.sequence);
+    this.release(event);
+  }
+
+  /** The event's record write succeeded (carried or not): the journal writes it itself. No-op after carry(). */
+  release(event: AgentEvent): void {
+    if (!this.held.delete(event.sequence)) return;
+    const at = this.unwritten.length;
+    this.unwritten.push(event);
+    // Reservations settle nearly in order: move it back past any later one settled before it.
+    for (let i = at; i > 0 && this.unwritten[i - 1]!.sequence > event.sequence; i--) {
+      [this.unwritten[i - 1], this.unwritten[i]] = [event, this.unwritten[i - 1]!];
+    }
+    this.advance();
+    this.scheduleWrite();
+  }
+
+  /** The event's record write failed: the event never happened (its sequence stays unused). */
+  cancel(event: AgentEvent): void {
+    if (!this.held.delete(event.sequence)) return;
+    const i = this.indexAfter(event.sequence - 1);
+    if (this.events[i]?.sequence === event.sequence) this.events.splice(i, 1);
+    this.advance();
+    this.scheduleWrite();
+  }
+
+  /** Resolves once the event is durable, or gone (cancelled). */
+  durable(event: AgentEvent): Promise<void> {
+    return this.visibleThrough(event.sequence);
   }
 
   /** Resolves when every event appended so far is on disk (or its write failed and was logged). */
   flushed(): Promise<void> {
-    return (this.pending ?? this.writing)?.done ?? Promise.resolve();
+    return this.visibleThrough(this.nextSequence - 1);
+  }
+
+  /** For the record store: the carried events its journal's frames still hold, oldest first. */
+  recover(entries: unknown[]): void {
+    const events = entries.map(toStoredEvent).filter((e): e is AgentEvent => e !== undefined);
+    for (const event of events.sort((a, b) => a.sequence - b.sequence)) {
+      // Lower ones reached a segment (or were compacted away) before the crash.
+      if (event.sequence < this.nextSequence) continue;
+      this.events.push(event);
+      this.carried.add(event.sequence);
+      this.unwritten.push(event);
+      this.nextSequence = event.sequence + 1;
+    }
+    this.advance();
+  }
+
+  /** For the record store, before it empties its journal: every carried event reaches a synced segment. */
+  secure(): Promise<void> {
+    const done = this.chain.then(async () => {
+      await this.writeAvailable();
+      const firstHeld = this.firstHeld();
+      const stranded = this.unwritten.filter((e) => this.carried.has(e.sequence) && e.sequence < firstHeld).length;
+      if (stranded > 0) throw new Error(`the event journal cannot write ${stranded} event${stranded === 1 ? '' : 's'} the record journal carries`);
+      await this.syncWritten();
+    });
+    this.chain = done.catch(() => undefined);
+    return done;
   }
 
   /** Durable events after the cursor, for one machine or all, at most `limit`. 0 = from the oldest kept. */
@@ -119,17 +204,21 @@ export class EventJournal {
     return { events: page, next: Math.max(next, after) };
   }
 
-  /** The newest `limit` events, durable or not, oldest first (the unsequenced ListEvents). */
+  /** The newest `limit` events, durable or not, oldest first (the unsequenced ListEvents); never a reserved one. */
   recent(limit: number): AgentEvent[] {
-    return this.events.slice(-limit);
+    if (this.held.size === 0) return this.events.slice(-limit);
+    return this.events.slice(-(limit + this.held.size)).filter((e) => !this.held.has(e.sequence)).slice(-limit);
   }
 
   get lastSequence(): number {
     return this.durableSequence;
   }
 
+  /** Writes and syncs what it can (a reserved event's write still pending is not waited for), then closes. */
   async close(): Promise<void> {
-    await this.flushed();
+    await this.chain;
+    await this.writeAvailable().catch(() => undefined);
+    await this.syncWritten().catch((err: unknown) => this.o.logger.error('event journal: final sync failed', { error: describeError(err) }));
     await this.o.files?.close();
   }
 
@@ -144,6 +233,44 @@ export class EventJournal {
     return lo;
   }
 
+  private firstHeld(): number {
+    // A Set iterates in insertion order, and sequences are reserved in increasing order.
+    for (const sequence of this.held) return sequence;
+    return Number.POSITIVE_INFINITY;
+  }
+
+  private isDurable(sequence: number): boolean {
+    return sequence <= this.syncedThrough || this.carried.has(sequence) || this.keptInMemory.has(sequence);
+  }
+
+  /** Moves the watermark over every durable event, tells of them, and wakes whoever waits. */
+  private advance(): void {
+    const newly: AgentEvent[] = [];
+    for (let i = this.indexAfter(this.durableSequence); i < this.events.length; i++) {
+      const event = this.events[i]!;
+      if (this.held.has(event.sequence) || !this.isDurable(event.sequence)) break;
+      newly.push(event);
+    }
+    if (newly.length > 0) this.durableSequence = newly.at(-1)!.sequence;
+    // Everything below the first event not yet durable is settled (cancelled ones are gone).
+    const pendingFrom = this.events[this.indexAfter(this.durableSequence)]?.sequence ?? Number.POSITIVE_INFINITY;
+    if (this.waiters.length > 0 && this.waiters[0]!.sequence < pendingFrom) {
+      const ready = this.waiters.filter((w) => w.sequence < pendingFrom);
+      this.waiters = this.waiters.filter((w) => w.sequence >= pendingFrom);
+      for (const w of ready) w.resolve();
+    }
+    if (newly.length > 0) this.o.onDurable?.(newly);
+  }
+
+  private visibleThrough(sequence: number): Promise<void> {
+    const pendingFrom = this.events[this.indexAfter(this.durableSequence)]?.sequence ?? Number.POSITIVE_INFINITY;
+    if (sequence < pendingFrom) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      this.waiters.push({ sequence, resolve });
+      this.waiters.sort((a, b) => a.sequence - b.sequence);
+    });
+  }
+
   private get segmentEntries(): number {
     // Ten segments over the retained count: compaction frees a tenth at a time.
     return Math.max(16, Math.ceil(this.o.retention.maxCount / 10));
@@ -154,30 +281,73 @@ export class EventJournal {
     await this.o.files?.activate(this.nextSequence);
   }
 
-  private async writeLoop(): Promise<void> {
-    // One turn of the event loop lets the events of concurrent calls join the batch.
-    await new Promise<void>((resolve) => setImmediate(resolve));
-    while (this.pending) {
-      const batch = (this.writing = this.pending);
-      this.pending = undefined;
+  private scheduleWrite(): void {
+    if (this.writeScheduled) return;
+    this.writeScheduled = true;
+    this.chain = this.chain.then(async () => {
+      // One turn of the event loop lets the events of concurrent calls join the batch.
+      await new Promise<void>((resolve) => setImmediate(resolve));
+      this.writeScheduled = false;
+      await this.writeAvailable().catch(() => undefined);
+    });
+  }
+
+  /** Writes every settled event below the first reserved one, batch by batch; false if a write failed. */
+  private async writeAvailable(): Promise<boolean> {
+    for (;;) {
+      const limit = this.firstHeld();
+      let n = 0;
+      while (n < this.unwritten.length && this.unwritten[n]!.sequence < limit) n++;
+      if (n === 0) return true;
+      const batch = this.unwritten.splice(0, n);
+      // Only events that are not durable elsewhere make a caller wait for a sync.
+      const sync = batch.some((e) => !this.carried.has(e.sequence));
+      const last = batch.at(-1)!.sequence;
       try {
-        await this.write(batch.events);
+        await this.write(batch, sync);
+        this.writtenThrough = last;
+        if (sync) this.markSynced(last);
       } catch (err) {
-        this.o.logger.error('event journal: write failed, events kept in memory only', { error: describeError(err), events: batch.events.length });
+        if (!batch.every((e) => this.keptInMemory.has(e.sequence) || this.carried.has(e.sequence))) {
+          this.o.logger.error('event journal: write failed, events kept in memory until a write succeeds', { error: describeError(err), events: batch.length });
+        }
+        // Shown from memory (no caller waits on a dead disk); the batch is tried again, in order, with the next.
+        for (const e of batch) if (!this.carried.has(e.sequence)) this.keptInMemory.add(e.sequence);
+        this.unwritten.unshift(...batch);
+        this.advance();
+        return false;
       }
-      this.durableSequence = batch.events.at(-1)!.sequence;
-      this.writing = undefined;
-      batch.resolve();
-      this.o.onDurable?.(batch.events);
+      this.advance();
     }
   }
 
-  private async write(batch: AgentEvent[]): Promise<void> {
+  private markSynced(through: number): void {
+    if (through <= this.syncedThrough) return;
+    this.syncedThrough = through;
+    for (const held of [this.carried, this.keptInMemory]) {
+      for (const sequence of held) {
+        if (sequence > through) break;
+        held.delete(sequence);
+      }
+    }
+  }
+
+  /** Syncs carried events written without a sync. */
+  private async syncWritten(): Promise<void> {
+    if (this.writtenThrough <= this.syncedThrough) return;
+    const through = this.writtenThrough;
+    await this.o.files?.sync();
+    this.markSynced(through);
+  }
+
+  private async write(batch: AgentEvent[], sync: boolean): Promise<void> {
     if (this.segments.at(-1)!.count >= this.segmentEntries) {
+      // The old segment is closed below: what was written to it unsynced is synced first.
+      await this.syncWritten();
       this.segments.push({ first: batch[0]!.sequence, count: 0, newestAt: 0 });
       await this.o.files?.activate(batch[0]!.sequence);
     }
-    await this.o.files?.append(Buffer.concat(batch.map((e) => encodeFrame(Buffer.from(JSON.stringify(e), 'utf8')))));
+    await this.o.files?.append(Buffer.concat(batch.map((e) => encodeFrame(Buffer.from(JSON.stringify(e), 'utf8')))), sync);
     const active = this.segments.at(-1)!;
     active.count += batch.length;
     active.newestAt = batch.at(-1)!.timestamp;

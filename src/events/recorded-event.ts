@@ -25,12 +25,18 @@ export interface AgentEvent {
 /** A stored payload back into an event, or undefined when it is not one. */
 export function parseStoredEvent(payload: Buffer): AgentEvent | undefined {
   try {
-    const e = JSON.parse(payload.toString('utf8')) as AgentEvent;
-    const ok = Number.isSafeInteger(e.sequence) && e.sequence > 0 && typeof e.timestamp === 'number' &&
-      typeof e.machine === 'string' && (e.type === 'normal' || e.type === 'warning') &&
-      typeof e.reason === 'string' && typeof e.message === 'string';
-    return ok ? e : undefined;
+    return toStoredEvent(JSON.parse(payload.toString('utf8')));
   } catch {
     return undefined;
   }
+}
+
+/** A parsed value (a payload, or an event the record journal carried) as an event, or undefined. */
+export function toStoredEvent(value: unknown): AgentEvent | undefined {
+  const e = value as AgentEvent | null;
+  if (typeof e !== 'object' || e === null) return undefined;
+  const ok = Number.isSafeInteger(e.sequence) && e.sequence > 0 && typeof e.timestamp === 'number' &&
+    typeof e.machine === 'string' && (e.type === 'normal' || e.type === 'warning') &&
+    typeof e.reason === 'string' && typeof e.message === 'string';
+  return ok ? e : undefined;
 }

@@ -1,6 +1,7 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import type { Logger } from '../logging/logger.js';
+import { describeError } from '../machine/errors.js';
 import { decodeFrames } from './frame.js';
 
 // The journal's folder: append-only segment files named by the sequence of their first entry, so
@@ -17,6 +18,8 @@ export interface LoadedSegment {
 export class SegmentFiles {
   private active: fs.FileHandle | undefined;
   private activeFirst = 0;
+  /** Bytes of whole frames in the active segment: a failed append is cut back to it. */
+  private activeBytes = 0;
 
   constructor(
     private readonly dir: string,
@@ -51,14 +54,32 @@ export class SegmentFiles {
     await this.active?.close();
     this.active = await fs.open(path.join(this.dir, fileName(firstSequence)), 'a', 0o640);
     this.activeFirst = firstSequence;
+    this.activeBytes = (await this.active.stat()).size;
     await this.syncDir();
   }
 
-  /** Appends whole frames to the active segment and waits until they are on disk. */
-  async append(frames: Buffer): Promise<void> {
-    if (!this.active) throw new Error('event journal: no active segment');
-    await this.active.write(frames);
-    await this.active.datasync();
+  /**
+   * Appends whole frames to the active segment; with `sync`, waits until they are on disk (else
+   * sync() does that later). A failed append is cut back so the next one follows whole frames.
+   */
+  async append(frames: Buffer, sync = true): Promise<void> {
+    const active = this.active;
+    if (!active) throw new Error('event journal: no active segment');
+    const before = this.activeBytes;
+    try {
+      await active.write(frames);
+      if (sync) await active.datasync();
+    } catch (err) {
+      await active.truncate(before).catch((cutErr: unknown) =>
+        this.logger.error('event journal: cannot cut a failed append off its segment; the events after it are lost at the next load', { error: describeError(cutErr) }));
+      throw err;
+    }
+    this.activeBytes = before + frames.length;
+  }
+
+  /** Makes every append to the active segment durable. */
+  async sync(): Promise<void> {
+    await this.active?.datasync();
   }
 
   async remove(firstSequence: number): Promise<void> {

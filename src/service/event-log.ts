@@ -16,13 +16,50 @@ export class EventLog {
   ) {}
 
   record(machine: string, type: EventType, reason: string, message: string, actor?: Actor): AgentEvent {
-    const event = this.journal.append({ timestamp: this.clock.now(), machine, type, reason, message, ...(actor ? { actor } : {}) });
+    const event = this.journal.append(this.stamp(machine, type, reason, message, actor));
+    this.announce(event);
+    return event;
+  }
+
+  /**
+   * The event of a record write about to be made: numbered now, so the write's journal frame can
+   * carry it. Then exactly one of confirm() (the write succeeded) or cancel() (it failed).
+   */
+  reserve(machine: string, type: EventType, reason: string, message: string, actor?: Actor): AgentEvent {
+    return this.journal.reserve(this.stamp(machine, type, reason, message, actor));
+  }
+
+  /** The reserved event's write is durable and its frame carried the event: so is the event. */
+  carried(event: AgentEvent): void {
+    this.journal.carry(event);
+  }
+
+  /** The reserved event's write succeeded: journal it (unless its frame carried it), log and announce it. */
+  confirm(event: AgentEvent): void {
+    this.journal.release(event);
+    this.announce(event);
+  }
+
+  cancel(event: AgentEvent): void {
+    this.journal.cancel(event);
+  }
+
+  /** Resolves once this event is on disk (ListEventsSince shows it). */
+  durable(event: AgentEvent): Promise<void> {
+    return this.journal.durable(event);
+  }
+
+  private stamp(machine: string, type: EventType, reason: string, message: string, actor?: Actor): Omit<AgentEvent, 'sequence'> {
+    return { timestamp: this.clock.now(), machine, type, reason, message, ...(actor ? { actor } : {}) };
+  }
+
+  private announce(event: AgentEvent): void {
+    const { machine, type, reason, message, actor } = event;
     const log = type === 'warning' ? this.logger.warn : this.logger.info;
     const by = actor ? { uid: actor.uid, call: actor.call } : { by: 'agent' };
     // Host-level events (machine "") are not about one machine: the message alone.
     log.call(this.logger, machine ? `${machine}: ${message}` : message, { machine, reason, sequence: event.sequence, ...by });
     this.onEvent(event);
-    return event;
   }
 
   /** Resolves once every event recorded so far is on disk. */

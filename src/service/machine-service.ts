@@ -15,7 +15,7 @@ import type { ImageChecker } from '../hypervisor/image-guard.js';
 import type { AgentEvent, AgentState, CallOptions, EventPage, ManagerInfo, MachineApi, MachineApiEvents } from './api.js';
 import { existingIfSame, requireVersion } from './preconditions.js';
 import type { EventLog } from './event-log.js';
-import type { MachineRecords } from './machine-records.js';
+import type { ChangeEvent, MachineRecords } from './machine-records.js';
 
 export interface MachineServiceOptions {
   records: MachineRecords;
@@ -60,11 +60,9 @@ export class MachineService implements MachineApi {
         status: newStatus(),
       }),
       (existing) => existingIfSame(existing, spec, annotations),
+      () => ({ type: 'normal', reason: 'Created', message: `machine ${name} created`, actor: options.actor }),
     );
-    if (!created) return cloneRecord(stored);
-    this.o.records.event(name, 'normal', 'Created', `machine ${name} created`, options.actor);
-    this.o.kick(name);
-    await this.o.events.flushed();
+    if (created) this.o.kick(name);
     return cloneRecord(stored);
   }
 
@@ -91,6 +89,8 @@ export class MachineService implements MachineApi {
     }
     const now = this.o.clock.now();
     let firstRequest = false;
+    const deletionRequested = (r: MachineRecord): ChangeEvent | undefined =>
+      firstRequest ? { type: 'normal', reason: 'DeletionRequested', message: `deletion requested with a grace period of ${r.status.gracePeriodSec}s`, actor: options.actor } : undefined;
     const updated = await this.o.records.update(name, (r) => {
       requireVersion(r, options.expectedVersion);
       const grace = graceSec ?? r.spec.gracePeriodSec ?? this.o.info.defaultGracePeriodSec;
@@ -109,11 +109,9 @@ export class MachineService implements MachineApi {
         r.deletionGracePeriodSec = grace;
         r.status.gracePeriodSec = grace;
       }
-    });
+    }, deletionRequested);
     if (!updated) throw noSuchMachine(name);
-    if (firstRequest) this.o.records.event(name, 'normal', 'DeletionRequested', `deletion requested with a grace period of ${updated.status.gracePeriodSec}s`, options.actor);
     this.o.kick(name);
-    await this.o.events.flushed();
   }
 
   async setPower(name: string, power: string, options: CallOptions = {}): Promise<void> {
@@ -122,6 +120,7 @@ export class MachineService implements MachineApi {
     if (isDeleting(current)) throw machineTerminating(name);
     const now = this.o.clock.now();
     let changed = false;
+    const powerChanged = (): ChangeEvent | undefined => (changed ? { type: 'normal', reason: 'PowerChanged', message: `power set to ${desired}`, actor: options.actor } : undefined);
     const updated = await this.o.records.update(name, (r) => {
       if (isDeleting(r)) throw machineTerminating(name);
       requireVersion(r, options.expectedVersion);
@@ -142,26 +141,23 @@ export class MachineService implements MachineApi {
         r.status.gracePeriodSec = 0;
         if (r.status.state === 'stopped' || r.status.state === 'stopping') r.status.state = 'pending';
       }
-    });
+    }, powerChanged);
     if (!updated) throw noSuchMachine(name);
-    if (changed) this.o.records.event(name, 'normal', 'PowerChanged', `power set to ${desired}`, options.actor);
     this.o.kick(name);
-    await this.o.events.flushed();
   }
 
   async setAnnotations(name: string, annotations: Record<string, string>, options: CallOptions = {}): Promise<void> {
     const parsed = parseAnnotations(annotations);
     this.stored(name);
     let changed = false;
+    const annotationsChanged = (): ChangeEvent | undefined =>
+      changed ? { type: 'normal', reason: 'AnnotationsChanged', message: `annotations replaced (${Object.keys(parsed).length} keys)`, actor: options.actor } : undefined;
     const updated = await this.o.records.update(name, (r) => {
       requireVersion(r, options.expectedVersion);
       changed = JSON.stringify(r.annotations) !== JSON.stringify(parsed);
       r.annotations = parsed;
-    });
+    }, annotationsChanged);
     if (!updated) throw noSuchMachine(name);
-    if (!changed) return;
-    this.o.records.event(name, 'normal', 'AnnotationsChanged', `annotations replaced (${Object.keys(parsed).length} keys)`, options.actor);
-    await this.o.events.flushed();
   }
 
   events(): AgentEvent[] {

@@ -6,7 +6,7 @@ import { validateMachineName } from '../machine/names.js';
 import { type MachineRecord, RECORD_API_VERSION, cloneRecord, freezeRecord } from '../machine/record.js';
 import { DEFAULT_SPEC_LIMITS } from '../machine/spec.js';
 import type { Logger } from '../logging/logger.js';
-import type { LoadResult, MachineStore, QuarantinedFile } from './port.js';
+import type { Attachment, AttachmentOwner, LoadResult, MachineStore, QuarantinedFile } from './port.js';
 import { InvalidStoredRecord, StoredRecordValidator } from './record-validation.js';
 import { type StoreFs, UnsafeFileError, nodeStoreFs } from './store-fs.js';
 import { type JournalOp, JournalUndoError, RecordJournal } from './record-journal.js';
@@ -21,6 +21,8 @@ interface PendingWrite {
   /** undefined: remove the record. */
   record: MachineRecord | undefined;
   waiters: Array<{ resolve: () => void; reject: (err: unknown) => void }>;
+  /** Carried in the journal frame with the record (the events of its writes). */
+  attachments: Attachment[];
 }
 
 const whatOf = (e: PendingWrite, file: string) => `cannot ${e.record ? 'write' : 'remove'} ${file}`;
@@ -105,6 +107,7 @@ export class FileMachineStore implements MachineStore {
   private unwritten = new Set<string>();
   private lastFileUpdate = Number.NEGATIVE_INFINITY;
   private fileTimer: TimerHandle | undefined;
+  private attachmentOwner: AttachmentOwner | undefined;
 
   constructor(options: FileMachineStoreOptions) {
     this.dir = options.dir;
@@ -119,6 +122,11 @@ export class FileMachineStore implements MachineStore {
     this.minFreeBytes = options.minFreeBytes ?? MIN_FREE_BYTES;
     this.fileLagMs = options.fileLagMs ?? DEFAULT_FILE_LAG_MS;
     this.clock = options.clock ?? systemClock;
+  }
+
+  /** With a journal, frames carry the owner's attachments; without one they are ignored. */
+  carryAttachmentsOf(owner: AttachmentOwner): void {
+    if (this.journal) this.attachmentOwner = owner;
   }
 
   async load(): Promise<LoadResult> {
@@ -197,12 +205,12 @@ export class FileMachineStore implements MachineStore {
    * the current format: a record loaded from an older one is rewritten as such here. Resolves once
    * the record is durable; writes that arrive while a batch is being committed share the next one.
    */
-  async put(record: MachineRecord): Promise<MachineRecord> {
+  async put(record: MachineRecord, attachment?: Attachment): Promise<MachineRecord> {
     const name = validateMachineName(record.name);
     const next = cloneRecord(record);
     // Never go backwards, even if the caller started from a stale copy or a write is still queued.
     next.resourceVersion = Math.max(this.latest(name)?.resourceVersion ?? 0, record.resourceVersion) + 1;
-    await this.enqueue(name, freezeRecord(next));
+    await this.enqueue(name, freezeRecord(next), this.attachmentOwner ? attachment : undefined);
     return next;
   }
 
@@ -218,13 +226,14 @@ export class FileMachineStore implements MachineStore {
     return entry ? entry.record : this.records.get(name);
   }
 
-  private enqueue(name: string, record: MachineRecord | undefined): Promise<void> {
+  private enqueue(name: string, record: MachineRecord | undefined, attachment?: Attachment): Promise<void> {
     return new Promise<void>((resolve, reject) => {
       let entry = this.queue.get(name);
-      if (!entry) this.queue.set(name, (entry = { name, record, waiters: [] }));
+      if (!entry) this.queue.set(name, (entry = { name, record, waiters: [], attachments: [] }));
       // Two writes to one record in one batch: the later wins, both are answered after it.
       entry.record = record;
       entry.waiters.push({ resolve, reject });
+      if (attachment) entry.attachments.push(attachment);
       this.scheduleStart();
     });
   }
@@ -400,8 +409,10 @@ export class FileMachineStore implements MachineStore {
       throw storageFailure(`cannot open the journal ${journal.path}`, err);
     }
     if (opened.tornBytes > 0) this.logger.warn('dropped a torn tail of the record journal', { file: journal.path, bytes: opened.tornBytes });
+    const attached: unknown[] = [];
     for (const batch of opened.batches) {
       for (const op of batch) {
+        if (Array.isArray(op.attached)) attached.push(...op.attached);
         this.dirty.add(op.name);
         if (!op.record) {
           records.delete(op.name);
@@ -415,6 +426,8 @@ export class FileMachineStore implements MachineStore {
         }
       }
     }
+    // Before the checkpoint below empties the journal, its owner takes back what it attached.
+    if (attached.length > 0) this.attachmentOwner?.recover(attached);
   }
 
   /** One batch at a time: one journal append and sync, then the record files, then the answers. */
@@ -443,7 +456,8 @@ export class FileMachineStore implements MachineStore {
   }
 
   private async commitJournaled(journal: RecordJournal, entries: PendingWrite[]): Promise<AgentError | undefined> {
-    const ops: JournalOp[] = entries.map((e) => ({ name: e.name, record: e.record ?? null }));
+    const ops: JournalOp[] = entries.map((e) =>
+      e.attachments.length > 0 ? { name: e.name, record: e.record ?? null, attached: e.attachments.map((a) => a.entry) } : { name: e.name, record: e.record ?? null });
     try {
       // The free-space check (a statfs) runs beside the write and sync: waiting for it first cost
       // each batch about a sixth of its time (docs/performance.md).
@@ -459,6 +473,8 @@ export class FileMachineStore implements MachineStore {
       this.setRecord(e.name, e.record);
       this.dirty.add(e.name);
       this.unwritten.add(e.name);
+      // Now, before any checkpoint can run: its owner must know the entry is in the journal.
+      for (const a of e.attachments) a.carried();
     }
     return undefined;
   }
@@ -519,6 +535,8 @@ export class FileMachineStore implements MachineStore {
 
   /** Makes every changed record file durable (rewritten synced, or removed), then empties the journal. */
   private async checkpoint(journal: RecordJournal): Promise<void> {
+    // The journal is emptied below: what its frames carry must be durable with its owner first.
+    await this.attachmentOwner?.secure();
     const names = [...this.dirty];
     await Promise.all(names.map(async (name) => {
       const record = this.records.get(name);

@@ -25,9 +25,28 @@ export interface MachineStore {
   /** All records, sorted by name, deep-frozen like get(). */
   list(): MachineRecord[];
   /**
-   * Writes the record with resourceVersion bumped by one and returns the stored copy.
+   * Writes the record with resourceVersion bumped by one and returns the stored copy. A store with
+   * a write-ahead journal puts the attachment in the same frame and calls its carried() once that
+   * frame is durable (before it resolves); others ignore it.
    */
-  put(record: MachineRecord): Promise<MachineRecord>;
+  put(record: MachineRecord, attachment?: Attachment): Promise<MachineRecord>;
   /** Removes the record file (missing counts as done). */
   remove(name: string): Promise<void>;
+  /** A store that can carry attachments keeps the owner's on load and before emptying its journal. */
+  carryAttachmentsOf?(owner: AttachmentOwner): void;
+}
+
+/** Another part's entry (an event) made durable by the sync of the record change it belongs to. */
+export interface Attachment {
+  /** JSON-serialisable; given back to the owner's recover() after a crash. */
+  entry: unknown;
+  carried(): void;
+}
+
+/** Who attaches entries: the store gives them back on load and asks before it forgets them. */
+export interface AttachmentOwner {
+  /** On load, before anything empties the journal: the entries its frames still hold. */
+  recover(entries: unknown[]): void;
+  /** Before the journal is emptied: resolves once every entry carried so far is durable elsewhere. */
+  secure(): Promise<void>;
 }

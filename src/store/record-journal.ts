@@ -11,6 +11,11 @@ import type { StoreFs } from './store-fs.js';
 export interface JournalOp {
   name: string;
   record: MachineRecord | null;
+  /**
+   * Entries another part made durable with this change (the events of its writes). An older agent
+   * reading the journal ignores the field, so a downgrade keeps every record.
+   */
+  attached?: unknown[];
 }
 
 const MAGIC = 0x564d4b4a; // "VMKJ"

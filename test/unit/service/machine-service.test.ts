@@ -45,9 +45,13 @@ describe('machine service', () => {
     await h.service.create('a', SPEC);
     await h.advanceUntil(() => h.service.get('a').status.state === 'running');
     const before = h.service.get('a');
+    const events = h.service.events();
     h.store.failNextWrites(1);
     await expect(h.service.delete('a')).rejects.toMatchObject({ kind: 'StorageFailure' });
     expect(h.service.get('a')).toEqual(before);
+    // The deletion's event was numbered before the write and is dropped with it.
+    expect(h.service.events()).toEqual(events);
+    expect(h.service.eventsSince(0, 'a', 100).events.map((e) => e.reason)).not.toContain('DeletionRequested');
     await expect(h.service.setAnnotations('a', { x: 'y' }).then(() => 'ok')).resolves.toBe('ok');
   });
 

@@ -6,7 +6,7 @@ import { EVENT_MESSAGE_IDS, eventMessageId } from '../../../../src/logging/journ
 const SRC = path.resolve(import.meta.dirname, '../../../../src');
 const DOCS = path.resolve(import.meta.dirname, '../../../../docs/operations.md');
 
-/** Every reason recorded in src/: `.event(name, 'normal' | 'warning', 'Reason', ...)`. */
+/** Every reason recorded in src/: `.event(name, 'normal' | 'warning', 'Reason', ...)` or `{ type: 'normal', reason: 'Reason', ... }`. */
 function recordedReasons(): Set<string> {
   const reasons = new Set<string>();
   const walk = (dir: string) => {
@@ -14,7 +14,7 @@ function recordedReasons(): Set<string> {
       const file = path.join(dir, entry.name);
       if (entry.isDirectory()) walk(file);
       else if (file.endsWith('.ts')) {
-        for (const m of readFileSync(file, 'utf8').matchAll(/'(?:normal|warning)',\s*'([A-Z][A-Za-z]+)'/g)) reasons.add(m[1]!);
+        for (const m of readFileSync(file, 'utf8').matchAll(/'(?:normal|warning)',\s*(?:reason:\s*)?'([A-Z][A-Za-z]+)'/g)) reasons.add(m[1]!);
       }
     }
   };
