@@ -60,18 +60,25 @@ export class EventJournal implements AttachmentOwner {
   private readonly held = new Set<number>();
   /** On disk in a record-journal frame; their segment write needs no sync until secure(). */
   private readonly carried = new Set<number>();
+  /** Carried, but their write's caller has not confirmed yet: shown only after the record change is. */
+  private readonly unconfirmed = new Set<number>();
   /** Settled events not in a segment yet, in sequence order. */
   private unwritten: AgentEvent[] = [];
   /** Every event up to here is in a synced segment. */
   private syncedThrough = 0;
-  /** The highest sequence written to a segment, synced or not. */
-  private writtenThrough = 0;
+  /** Written to the active segment without a sync (carried ones only): written again if a sync fails. */
+  private writtenUnsynced: AgentEvent[] = [];
+  /** The highest sequence a segment's count includes: one written twice (after a failed sync) counts once. */
+  private countedThrough = 0;
   /** Their segment write failed (logged): shown from memory, written again with the next batch. */
   private readonly keptInMemory = new Set<number>();
   /** Segment writes run one after another on this chain. */
   private chain: Promise<unknown> = Promise.resolve();
   private writeScheduled = false;
+  private closed = false;
   private waiters: Waiter[] = [];
+  /** Resolved when no event is held any more (close() waits for calls in flight). */
+  private noneHeld: (() => void) | undefined;
 
   constructor(private readonly o: EventJournalOptions) {}
 
@@ -92,7 +99,7 @@ export class EventJournal implements AttachmentOwner {
       }
       this.segments.push(segment);
     }
-    this.durableSequence = this.syncedThrough = this.writtenThrough = this.nextSequence - 1;
+    this.durableSequence = this.syncedThrough = this.countedThrough = this.nextSequence - 1;
     const last = this.segments.at(-1);
     if (last) await files.activate(last.first);
     else await this.startSegment();
@@ -117,29 +124,33 @@ export class EventJournal implements AttachmentOwner {
     return recorded;
   }
 
-  /** The record-journal frame holding the event is durable: so is the event. */
+  /**
+   * The record-journal frame holding the event is durable: so is the event. Called by the store
+   * inside its commit, before it empties its journal again; the event is shown at release().
+   */
   carry(event: AgentEvent): void {
-    if (!this.held.has(event.sequence)) return;
+    if (!this.unhold(event)) return;
     this.carried.add(event.sequence);
-    this.release(event);
+    this.unconfirmed.add(event.sequence);
+    this.queueWrite(event);
   }
 
-  /** The event's record write succeeded (carried or not): the journal writes it itself. No-op after carry(). */
+  /**
+   * The event's record write succeeded and its caller has announced the change: show the event
+   * (after its frame, or after the journal's own sync when the store could not carry it).
+   */
   release(event: AgentEvent): void {
-    if (!this.held.delete(event.sequence)) return;
-    const at = this.unwritten.length;
-    this.unwritten.push(event);
-    // Reservations settle nearly in order: move it back past any later one settled before it.
-    for (let i = at; i > 0 && this.unwritten[i - 1]!.sequence > event.sequence; i--) {
-      [this.unwritten[i - 1], this.unwritten[i]] = [event, this.unwritten[i - 1]!];
-    }
+    if (this.unhold(event)) this.queueWrite(event);
+    this.unconfirmed.delete(event.sequence);
     this.advance();
-    this.scheduleWrite();
   }
 
-  /** The event's record write failed: the event never happened (its sequence stays unused). */
+  /**
+   * The event's record write failed: a held event never happened (its sequence stays unused). One
+   * already carried stays: its frame is on disk after all (a failed write whose undo failed too).
+   */
   cancel(event: AgentEvent): void {
-    if (!this.held.delete(event.sequence)) return;
+    if (!this.unhold(event)) return this.release(event);
     const i = this.indexAfter(event.sequence - 1);
     if (this.events[i]?.sequence === event.sequence) this.events.splice(i, 1);
     this.advance();
@@ -214,12 +225,43 @@ export class EventJournal implements AttachmentOwner {
     return this.durableSequence;
   }
 
-  /** Writes and syncs what it can (a reserved event's write still pending is not waited for), then closes. */
-  async close(): Promise<void> {
-    await this.chain;
-    await this.writeAvailable().catch(() => undefined);
-    await this.syncWritten().catch((err: unknown) => this.o.logger.error('event journal: final sync failed', { error: describeError(err) }));
-    await this.o.files?.close();
+  /**
+   * Waits (at most closeWaitMs) for the record writes still holding an event, then writes and
+   * syncs every event and closes; events recorded after this stay in memory.
+   */
+  async close(closeWaitMs = 5000): Promise<void> {
+    if (this.held.size > 0) {
+      let timer: { cancel(): void } | undefined;
+      await new Promise<void>((resolve) => {
+        this.noneHeld = resolve;
+        timer = this.o.clock.setTimer(closeWaitMs, resolve);
+      });
+      timer?.cancel();
+    }
+    this.closed = true;
+    const done = this.chain.then(async () => {
+      await this.writeAvailable();
+      await this.syncWritten().catch((err: unknown) => this.o.logger.error('event journal: final sync failed', { error: describeError(err) }));
+      await this.o.files?.close();
+    });
+    this.chain = done;
+    await done;
+  }
+
+  private unhold(event: AgentEvent): boolean {
+    if (!this.held.delete(event.sequence)) return false;
+    if (this.held.size === 0) this.noneHeld?.();
+    return true;
+  }
+
+  /** Into the write queue, in sequence order (reservations settle nearly in order). */
+  private queueWrite(event: AgentEvent): void {
+    const at = this.unwritten.length;
+    this.unwritten.push(event);
+    for (let i = at; i > 0 && this.unwritten[i - 1]!.sequence > event.sequence; i--) {
+      [this.unwritten[i - 1], this.unwritten[i]] = [event, this.unwritten[i - 1]!];
+    }
+    this.scheduleWrite();
   }
 
   private indexAfter(after: number): number {
@@ -248,7 +290,7 @@ export class EventJournal implements AttachmentOwner {
     const newly: AgentEvent[] = [];
     for (let i = this.indexAfter(this.durableSequence); i < this.events.length; i++) {
       const event = this.events[i]!;
-      if (this.held.has(event.sequence) || !this.isDurable(event.sequence)) break;
+      if (this.held.has(event.sequence) || this.unconfirmed.has(event.sequence) || !this.isDurable(event.sequence)) break;
       newly.push(event);
     }
     if (newly.length > 0) this.durableSequence = newly.at(-1)!.sequence;
@@ -266,8 +308,9 @@ export class EventJournal implements AttachmentOwner {
     const pendingFrom = this.events[this.indexAfter(this.durableSequence)]?.sequence ?? Number.POSITIVE_INFINITY;
     if (sequence < pendingFrom) return Promise.resolve();
     return new Promise<void>((resolve) => {
-      this.waiters.push({ sequence, resolve });
-      this.waiters.sort((a, b) => a.sequence - b.sequence);
+      let at = this.waiters.length;
+      while (at > 0 && this.waiters[at - 1]!.sequence > sequence) at--;
+      this.waiters.splice(at, 0, { sequence, resolve });
     });
   }
 
@@ -282,7 +325,7 @@ export class EventJournal implements AttachmentOwner {
   }
 
   private scheduleWrite(): void {
-    if (this.writeScheduled) return;
+    if (this.writeScheduled || this.closed) return;
     this.writeScheduled = true;
     this.chain = this.chain.then(async () => {
       // One turn of the event loop lets the events of concurrent calls join the batch.
@@ -305,15 +348,21 @@ export class EventJournal implements AttachmentOwner {
       const last = batch.at(-1)!.sequence;
       try {
         await this.write(batch, sync);
-        this.writtenThrough = last;
-        if (sync) this.markSynced(last);
+        if (!sync) this.writtenUnsynced.push(...batch);
+        else {
+          // The file's sync covered every earlier unsynced write too.
+          this.writtenUnsynced = [];
+          this.markSynced(last);
+        }
       } catch (err) {
         if (!batch.every((e) => this.keptInMemory.has(e.sequence) || this.carried.has(e.sequence))) {
           this.o.logger.error('event journal: write failed, events kept in memory until a write succeeds', { error: describeError(err), events: batch.length });
         }
-        // Shown from memory (no caller waits on a dead disk); the batch is tried again, in order, with the next.
+        // Shown from memory (no caller waits on a dead disk); the batch is tried again, in order,
+        // with the next, and so are earlier unsynced writes a failed sync may have dropped.
         for (const e of batch) if (!this.carried.has(e.sequence)) this.keptInMemory.add(e.sequence);
-        this.unwritten.unshift(...batch);
+        this.unwritten.unshift(...this.writtenUnsynced.splice(0), ...batch);
+        this.unwritten.sort((a, b) => a.sequence - b.sequence);
         this.advance();
         return false;
       }
@@ -332,12 +381,18 @@ export class EventJournal implements AttachmentOwner {
     }
   }
 
-  /** Syncs carried events written without a sync. */
+  /** Syncs carried events written without a sync; if that fails, they are written again later. */
   private async syncWritten(): Promise<void> {
-    if (this.writtenThrough <= this.syncedThrough) return;
-    const through = this.writtenThrough;
-    await this.o.files?.sync();
-    this.markSynced(through);
+    if (this.writtenUnsynced.length === 0) return;
+    const written = this.writtenUnsynced.splice(0);
+    try {
+      await this.o.files?.sync();
+    } catch (err) {
+      // Linux may have dropped those pages: the loader skips whatever turns out written twice.
+      this.unwritten.unshift(...written);
+      throw err;
+    }
+    this.markSynced(written.at(-1)!.sequence);
   }
 
   private async write(batch: AgentEvent[], sync: boolean): Promise<void> {
@@ -349,7 +404,9 @@ export class EventJournal implements AttachmentOwner {
     }
     await this.o.files?.append(Buffer.concat(batch.map((e) => encodeFrame(Buffer.from(JSON.stringify(e), 'utf8')))), sync);
     const active = this.segments.at(-1)!;
-    active.count += batch.length;
+    // Compaction drops a segment's count of events from memory: each counts once.
+    active.count += batch.filter((e) => e.sequence > this.countedThrough).length;
+    this.countedThrough = Math.max(this.countedThrough, batch.at(-1)!.sequence);
     active.newestAt = batch.at(-1)!.timestamp;
     await this.compact();
   }

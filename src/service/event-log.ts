@@ -36,10 +36,12 @@ export class EventLog {
 
   /** The reserved event's write succeeded: journal it (unless its frame carried it), log and announce it. */
   confirm(event: AgentEvent): void {
-    this.journal.release(event);
+    // MachineEvent before EventRecorded, as for the agent's own events.
     this.announce(event);
+    this.journal.release(event);
   }
 
+  /** The reserved event's write failed: it is dropped (unless its frame may be on disk after all). */
   cancel(event: AgentEvent): void {
     this.journal.cancel(event);
   }

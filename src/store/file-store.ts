@@ -464,6 +464,9 @@ export class FileMachineStore implements MachineStore {
       await journal.append(ops, entries.some((e) => e.record) ? this.ensureFreeSpace(ops) : undefined);
     } catch (err) {
       if (err instanceof JournalUndoError) {
+        // The frame may be on disk, and a restart would bring its attachments back: their owner
+        // keeps them (the caller is told of the failure all the same).
+        for (const e of entries) for (const a of e.attachments) a.carried();
         this.logger.error('cannot cut a failed batch off the record journal; a restart may apply it', { file: journal.path, error: describeError(err.undoError) });
         return storageFailure(`cannot append to the journal ${journal.path}; undoing it failed too (the change may survive a restart)`, err.appendError);
       }

@@ -27,7 +27,8 @@ export interface MachineStore {
   /**
    * Writes the record with resourceVersion bumped by one and returns the stored copy. A store with
    * a write-ahead journal puts the attachment in the same frame and calls its carried() once that
-   * frame is durable (before it resolves); others ignore it.
+   * frame is durable (before it resolves), or when a failed write may have left it on disk (its
+   * undo failed too); others ignore it.
    */
   put(record: MachineRecord, attachment?: Attachment): Promise<MachineRecord>;
   /** Removes the record file (missing counts as done). */

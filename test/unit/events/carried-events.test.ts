@@ -17,6 +17,7 @@ const DAY = 24 * 3600 * 1000;
 class SpySegments extends SegmentFiles {
   readonly steps: string[] = [];
   failAppends = 0;
+  failSyncs = 0;
   override async append(frames: Buffer, sync = true): Promise<void> {
     if (this.failAppends > 0) {
       this.failAppends--;
@@ -27,6 +28,11 @@ class SpySegments extends SegmentFiles {
     await super.append(frames, sync);
   }
   override async sync(): Promise<void> {
+    if (this.failSyncs > 0) {
+      this.failSyncs--;
+      this.steps.push('sync failed');
+      throw Object.assign(new Error('EIO: i/o error, fdatasync'), { code: 'EIO' });
+    }
     this.steps.push('sync');
     await super.sync();
   }
@@ -78,12 +84,15 @@ describe('event journal: events reserved by record writes', () => {
     expect(again.append(fields('next')).sequence).toBe(3);
   });
 
-  it('a carried event is durable at once, without a sync of its own; secure() writes and syncs it', async () => {
+  it('a carried event is durable without a sync of its own, shown once its caller confirms; secure() writes and syncs it', async () => {
     const durable: AgentEvent[] = [];
     const { j, files } = await journal(durable);
     const event = j.reserve(fields('carried'));
     j.carry(event);
-    // Shown at carry(), before any disk step of the event journal's own.
+    // The record change is announced first: only then the event.
+    expect(sequences(j)).toEqual([]);
+    j.release(event);
+    // Shown before any disk step of the event journal's own.
     expect(sequences(j)).toEqual([1]);
     expect(durable.map((e) => e.sequence)).toEqual([1]);
     await j.durable(event);
@@ -98,6 +107,7 @@ describe('event journal: events reserved by record writes', () => {
     const carried = j.reserve(fields('carried'));
     const own = j.append(fields('own'));
     j.carry(carried);
+    j.release(carried);
     await j.durable(own);
     expect(sequences(j)).toEqual([1, 2]);
     // One batch of both, synced for the agent's own event; nothing is left for secure() to sync.
@@ -128,11 +138,40 @@ describe('event journal: events reserved by record writes', () => {
     expect(sequences(j)).toEqual([1]);
     const carried = j.reserve(fields('carried'));
     j.carry(carried);
+    j.release(carried);
     // The write carry() schedules fails too, and so does the one secure() makes.
     await expect(j.secure()).rejects.toThrow('the event journal cannot write 1 event the record journal carries');
     await j.secure();
     expect(files.steps).toEqual(['append failed', 'append failed', 'append failed', 'append+sync']);
     const { j: again } = await reopen(j);
     expect(again.since(0, undefined, 10).events.map((e) => e.message)).toEqual(['own', 'carried']);
+  });
+
+  it('close() waits for a write holding an event and writes the events after it; a carried event a failed write cancels stays', async () => {
+    const { j } = await journal();
+    const held = j.reserve(fields('held'));
+    j.append(fields('after'));
+    const closing = j.close();
+    j.carry(held);
+    // The store's write failed and its undo too: the frame may be on disk, so the event stays.
+    j.cancel(held);
+    await closing;
+    open.splice(open.indexOf(j), 1);
+    const { j: again } = await journal();
+    expect(again.since(0, undefined, 10).events.map((e) => e.message)).toEqual(['held', 'after']);
+  });
+
+  it('a failed sync of carried events writes them again (Linux may have dropped the pages); the loader keeps each once', async () => {
+    const { j, files } = await journal();
+    const event = j.reserve(fields('carried'));
+    j.carry(event);
+    j.release(event);
+    files.failSyncs = 1;
+    await expect(j.secure()).rejects.toThrow(/EIO/);
+    await j.secure();
+    expect(files.steps).toEqual(['append', 'sync failed', 'append', 'sync']);
+    const { j: again } = await reopen(j);
+    expect(again.since(0, undefined, 10).events.map((e) => [e.sequence, e.message])).toEqual([[1, 'carried']]);
+    expect(again.append(fields('next')).sequence).toBe(2);
   });
 });

@@ -92,14 +92,19 @@ describe('FileMachineStore: attachments carried in the journal frame', () => {
     expect(again.list().map((r) => r.name)).toEqual(['a', 'b', 'c']);
   });
 
-  it('a failed write never calls carried(); a store without a journal ignores attachments', async () => {
-    let fail = false;
-    const { store } = journaled(spyOwner(), { fdatasync: async (fd) => { if (fail) throw errnoError('EIO', 'fdatasync'); return nodeStoreFs.fdatasync(fd); } });
+  it('a failed write never calls carried() unless its frame may be on disk (the undo failed too); a store without a journal ignores attachments', async () => {
+    let fails = 0;
+    const { store } = journaled(spyOwner(), { fdatasync: async (fd) => { if (fails-- > 0) throw errnoError('EIO', 'fdatasync'); return nodeStoreFs.fdatasync(fd); } });
     await store.load();
-    fail = true;
+    fails = 1;
     let carried = 0;
     await expect(store.put(makeRecord('a'), { entry: {}, carried: () => carried++ })).rejects.toMatchObject({ kind: 'StorageFailure' });
     expect(carried).toBe(0);
+    // The append's sync and the cut-back's sync both fail: the frame may survive a restart.
+    fails = 2;
+    await expect(store.put(makeRecord('a'), { entry: {}, carried: () => carried++ })).rejects.toMatchObject({ kind: 'StorageFailure', message: expect.stringContaining('may survive a restart') });
+    expect(carried).toBe(1);
+    carried = 0;
 
     const { store: plain } = newTestStore(path.join(paths.root, 'plain'));
     plain.carryAttachmentsOf(spyOwner());
