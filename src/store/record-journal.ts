@@ -13,7 +13,8 @@ export interface JournalOp {
   record: MachineRecord | null;
   /**
    * Entries another part made durable with this change (the events of its writes). An older agent
-   * reading the journal ignores the field, so a downgrade keeps every record.
+   * reading the journal ignores the field: a downgrade keeps every record, and loses the events a
+   * crash kept out of the event journal (docs/operations.md).
    */
   attached?: unknown[];
 }
