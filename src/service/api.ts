@@ -40,9 +40,9 @@ export interface MachineApiEvents {
 export interface MachineApi {
   /** An identical spec for an existing machine returns it unchanged. */
   create(name: string, specJson: string, options?: CallOptions): Promise<MachineRecord>;
-  /** Throws NoSuchMachine. */
+  /** Throws NoSuchMachine. The record is shared and frozen: read it, never change it. */
   get(name: string): MachineRecord;
-  /** Sorted by name. */
+  /** Sorted by name; shared frozen records, as get() returns. */
   list(): MachineRecord[];
   /** Graceful deletion; graceSec undefined = the machine's own grace. Idempotent. */
   delete(name: string, graceSec?: number, options?: CallOptions): Promise<void>;

@@ -1,4 +1,5 @@
 import { cloneRecord, type MachineRecord } from '../machine/record.js';
+import { sameJson } from '../machine/same-json.js';
 import type { MachineStore } from '../store/port.js';
 import { KeyedLock } from '../lifecycle/keyed-lock.js';
 import { TypedEmitter } from '../lifecycle/emitter.js';
@@ -72,7 +73,7 @@ export class MachineRecords {
       const next = cloneRecord(current);
       mutate(next);
       next.resourceVersion = current.resourceVersion;
-      if (JSON.stringify(next) === JSON.stringify(current)) return current;
+      if (sameJson(next, current)) return current;
       const { stored, reserved } = await this.putWithEvent(next, event?.(next));
       this.emitter.emit('machineChanged', stored);
       caused = this.confirm(reserved);

@@ -10,6 +10,7 @@ import {
   type MachineRecord,
 } from '../machine/record.js';
 import { parseAnnotations, parseMachineSpec, parsePower, type SpecLimits } from '../machine/spec.js';
+import { sameJson } from '../machine/same-json.js';
 import type { Clock } from '../lifecycle/clock.js';
 import type { ImageChecker } from '../hypervisor/image-guard.js';
 import type { AgentEvent, AgentState, CallOptions, EventPage, ManagerInfo, MachineApi, MachineApiEvents } from './api.js';
@@ -67,7 +68,8 @@ export class MachineService implements MachineApi {
   }
 
   get(name: string): MachineRecord {
-    return cloneRecord(this.stored(name));
+    // Frozen and shared, as list() hands them out: a read under write load copies nothing.
+    return this.stored(name);
   }
 
   /** The stored record itself (not a copy: read it, never change it), or NoSuchMachine. */
@@ -154,7 +156,7 @@ export class MachineService implements MachineApi {
       changed ? { type: 'normal', reason: 'AnnotationsChanged', message: `annotations replaced (${Object.keys(parsed).length} keys)`, actor: options.actor } : undefined;
     const updated = await this.o.records.update(name, (r) => {
       requireVersion(r, options.expectedVersion);
-      changed = JSON.stringify(r.annotations) !== JSON.stringify(parsed);
+      changed = !sameJson(r.annotations, parsed);
       r.annotations = parsed;
     }, annotationsChanged);
     if (!updated) throw noSuchMachine(name);

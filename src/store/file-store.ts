@@ -461,7 +461,7 @@ export class FileMachineStore implements MachineStore {
     try {
       // The free-space check (a statfs) runs beside the write and sync: waiting for it first cost
       // each batch about a sixth of its time (docs/performance.md).
-      await journal.append(ops, entries.some((e) => e.record) ? this.ensureFreeSpace(ops) : undefined);
+      await journal.append(ops, entries.some((e) => e.record) ? (frameBytes) => this.ensureFreeSpace(frameBytes) : undefined);
     } catch (err) {
       if (err instanceof JournalUndoError) {
         // The frame may be on disk, and a restart would bring its attachments back: their owner
@@ -509,8 +509,9 @@ export class FileMachineStore implements MachineStore {
     await Promise.all(names.map((name) => this.writeThrough(name)));
   }
 
-  private async ensureFreeSpace(ops: JournalOp[]): Promise<void> {
-    const need = Math.max(this.minFreeBytes, 4 * Buffer.byteLength(JSON.stringify(ops)));
+  /** The batch's frame size stands for the bytes its record files and the next checkpoint take. */
+  private async ensureFreeSpace(frameBytes: number): Promise<void> {
+    const need = Math.max(this.minFreeBytes, 4 * frameBytes);
     const free = await this.fs.freeBytes(this.dir);
     if (free >= need) return;
     throw Object.assign(new Error(`ENOSPC: ${free} bytes free on the state file system, a write keeps ${need} free so its record file and checkpoint fit`), { code: 'ENOSPC' });

@@ -107,15 +107,16 @@ export class RecordJournal {
 
   /**
    * Appends one batch and syncs it; on failure the file is cut back to what it held (and it
-   * throws). A precondition (the free-space check) runs beside the write instead of before it: when
-   * it fails, the synced frame is cut back as a failed write would be, and its error is thrown.
+   * throws). A precondition (the free-space check, given the frame's size) runs beside the write
+   * instead of before it: when it fails, the synced frame is cut back as a failed write would be,
+   * and its error is thrown.
    */
-  async append(ops: JournalOp[], precondition?: Promise<void>): Promise<void> {
+  async append(ops: JournalOp[], precondition?: (frameBytes: number) => Promise<void>): Promise<void> {
     const fd = this.openFd();
     const before = this.length;
     const frame = encodeBatch(ops);
     // Settles to its error, or undefined: it must not reject unobserved while the write runs.
-    const checked = precondition?.then(() => undefined, (err: unknown) => err ?? new Error('the precondition failed'));
+    const checked = precondition?.(frame.length).then(() => undefined, (err: unknown) => err ?? new Error('the precondition failed'));
     try {
       await this.fs.write(fd, frame);
       await this.fs.fdatasync(fd);
