@@ -2,8 +2,10 @@
 // started, stopped and started again on the same state, then every figure is printed in one table
 // against its goal, with the bus round trip and the load average taken in the same run.
 // Run: npx tsx bench/scale.bench.ts [count=10000]   (env VMKEEPER_SCALE_IDLE_SEC, default 30;
-//   VMKEEPER_BENCH_DOMAINS=default: domains in test:///default, with domain events)
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+//   VMKEEPER_BENCH_DOMAINS=default: domains in test:///default, with domain events;
+//   VMKEEPER_SCALE_HEAP_DIR=<dir>: a heap snapshot of the agent, written there once it is idle
+//   again after the writes, to see what the reads and writes leave behind)
+import { mkdtemp, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { connectBus } from '../src/dbus/bus-address.js';
@@ -18,6 +20,7 @@ import { cpuSeconds, rssKiB } from './load-run.js';
 const IDLE_SEC = Number(process.env.VMKEEPER_SCALE_IDLE_SEC ?? 30);
 const SETTLE_MS = 10_000;
 const IDLE_AGAIN_SEC = 90;
+const HEAP_DIR = process.env.VMKEEPER_SCALE_HEAP_DIR;
 const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const loadAvg = () => os.loadavg().map((l) => l.toFixed(2)).join(' ');
 
@@ -29,6 +32,29 @@ async function firstAnswer(address: string, t0: number): Promise<number> {
     const ok = await busctlCall(address, '/org/vmkeeper1', 'org.vmkeeper1.Manager', 'GetMachine', 's', ['vm-00000']).then(() => true, () => false);
     if (ok) return Date.now() - t0;
     if (Date.now() - t0 > 300_000) throw new Error('no GetMachine answer within 300 s');
+  }
+}
+
+/** Signals the agent for a heap snapshot and waits (with a deadline) until the file is complete. */
+async function heapSnapshot(pid: number, dir: string): Promise<void> {
+  const before = new Set(await readdir(dir));
+  process.kill(pid, 'SIGUSR2');
+  const deadline = Date.now() + 120_000;
+  for (;;) {
+    const fresh = (await readdir(dir)).find((f) => f.endsWith('.heapsnapshot') && !before.has(f));
+    if (fresh) {
+      // V8 writes the file in place: it is complete once its size stops growing.
+      const size = async () => (await stat(path.join(dir, fresh))).size;
+      let last = -1;
+      for (let now = await size(); now !== last; now = await size()) {
+        last = now;
+        await pause(1000);
+      }
+      console.log(`heap snapshot: ${path.join(dir, fresh)} (${(last / 1048576).toFixed(0)} MiB)`);
+      return;
+    }
+    if (Date.now() > deadline) throw new Error('no heap snapshot within 120 s');
+    await pause(200);
   }
 }
 
@@ -44,6 +70,8 @@ export async function scaleBench(count = 10_000): Promise<string[]> {
   await writeFile(configFile, 'log:\n  level: warn\n');
   await buildAgentOnce();
   const form = benchAgentForm();
+  // The agent writes a snapshot into its working directory on SIGUSR2; the bench sends it at the end.
+  if (HEAP_DIR) form.nodeArgs = [...form.nodeArgs, '--heapsnapshot-signal=SIGUSR2', `--diagnostic-dir=${HEAP_DIR}`];
   const spawnOnce = (env: NodeJS.ProcessEnv = {}) =>
     spawnAgent({ busAddress: bus.address, stateDir, imageDir, libvirtUri: uri, configFile, extraArgs: ['--log-level', 'warn'], built: form.built, env: { ...form.env, ...env }, nodeArgs: form.nodeArgs });
   const rows: Row[] = [];
@@ -100,6 +128,7 @@ export async function scaleBench(count = 10_000): Promise<string[]> {
     }
     rows.push({ what: 'RSS after the writes, highest of 5 s samples', value: Math.max(...after), unit: 'MiB' });
     rows.push({ what: `RSS idle again, ${IDLE_AGAIN_SEC} s after the writes`, value: after.at(-1)!, unit: 'MiB', goal: 200 });
+    if (HEAP_DIR) await heapSnapshot(pid, HEAP_DIR);
     client.disconnect();
   } finally {
     await agent?.stop();
