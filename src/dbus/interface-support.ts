@@ -93,14 +93,15 @@ export class SnapshotInterface extends dbusInterface.Interface {
   values: PropertyValues = {};
   /** Why the snapshot cannot go on the bus (checked once per change), or undefined. */
   encodingProblem: string | undefined;
-  /** variants() of the current snapshot, built on first use after a change. */
-  private cachedVariants: Record<string, Variant> | undefined;
 
-  /** Replaces the snapshot; emits PropertiesChanged (when `emit`) for the values that differ. */
+  /**
+   * Replaces the snapshot; emits PropertiesChanged (when `emit`) for the values that differ. An
+   * unchanged snapshot is kept as it is, so what is derived from it (keyed on `values`) stays valid.
+   */
   setValues(next: PropertyValues, emit = true): string[] {
     const changed = Object.keys(next).filter((k) => !sameValue(this.values[k], next[k]));
+    if (changed.length === 0 && Object.keys(this.values).length === Object.keys(next).length) return changed;
     this.values = next;
-    this.cachedVariants = undefined;
     this.encodingProblem = unmarshallableText(next);
     if (emit && changed.length > 0) {
       dbusInterface.Interface.emitPropertiesChanged(this, Object.fromEntries(changed.map((k) => [k, next[k]])), []);
@@ -109,18 +110,16 @@ export class SnapshotInterface extends dbusInterface.Interface {
   }
 
   /**
-   * All properties as a{sv}, for GetManagedObjects and InterfacesAdded: one frozen object per
-   * snapshot, shared by every call until the next change (the outbound guard knows it is checked).
+   * All properties as a{sv}, frozen and checked (so the outbound guard does not check them again).
+   * Built on each call and not kept: 16 Variants for each of 10,000 machines held 7 MiB, for an
+   * InterfacesAdded sent once and a GetManagedObjects entry that is kept marshalled instead.
    */
   variants(): Record<string, Variant> {
-    if (!this.cachedVariants) {
-      const variants = Object.fromEntries(
-        Object.entries(this.memberTable.properties).map(([name, sig]) => [name, deepFreeze(new Variant(sig, this.values[name]))]),
-      );
-      checkOnce(variants);
-      this.cachedVariants = variants;
-    }
-    return this.cachedVariants;
+    const variants = Object.fromEntries(
+      Object.entries(this.memberTable.properties).map(([name, sig]) => [name, deepFreeze(new Variant(sig, this.values[name]))]),
+    );
+    checkOnce(variants);
+    return variants;
   }
 
   // dbus-next introspects arguments without names and properties without annotations; add both so

@@ -79,20 +79,9 @@ export class MachineInterface extends SnapshotInterface {
     return changed;
   }
 
-  /** This machine in GetManagedObjects (its one interface and all properties), shared until it changes. */
-  managedInterfaces(): InterfacesAndProperties {
-    const variants = this.variants();
-    if (this.managed?.variants !== variants) {
-      const value = { [MACHINE_INTERFACE]: variants };
-      checkOnce(value);
-      this.managed = { variants, value };
-    }
-    return this.managed.value;
-  }
-
-  private managed: { variants: object; value: InterfacesAndProperties } | undefined;
   private listBytes: { entry: MachineListEntry; bytes: Buffer } | undefined;
-  private objectBytes: { value: InterfacesAndProperties; bytes: Buffer } | undefined;
+  /** managedElement() of the snapshot `values`; a new snapshot only when a property changes. */
+  private objectBytes: { values: PropertyValues; bytes: Buffer } | undefined;
 
   /** listEntry marshalled as one element of ListMachines' a(ssso), redone only when it changes. */
   listElement(): Buffer {
@@ -102,11 +91,14 @@ export class MachineInterface extends SnapshotInterface {
     return this.listBytes.bytes;
   }
 
-  /** This machine marshalled as one entry of GetManagedObjects' a{oa{sa{sv}}}, redone only when it changes. */
+  /**
+   * This machine marshalled as one entry of GetManagedObjects' a{oa{sa{sv}}} (its one interface
+   * and all properties), redone only when a property changes.
+   */
   managedElement(): Buffer {
-    const value = this.managedInterfaces();
-    if (this.objectBytes?.value !== value) {
-      this.objectBytes = { value, bytes: marshalElement(MANAGED_OBJECTS_SIGNATURE, { [this.objectPath]: value }) };
+    if (this.objectBytes?.values !== this.values) {
+      const value: InterfacesAndProperties = { [MACHINE_INTERFACE]: this.variants() };
+      this.objectBytes = { values: this.values, bytes: marshalElement(MANAGED_OBJECTS_SIGNATURE, { [this.objectPath]: value }) };
     }
     return this.objectBytes.bytes;
   }

@@ -32,7 +32,13 @@ function marshalBody(signature: string, value: unknown): Buffer {
  */
 export function marshalElement(arraySignature: string, single: unknown): Buffer {
   if (!/^a[({]/.test(arraySignature)) throw new Error(`not an array of structs or dict entries: ${arraySignature}`);
-  return Buffer.from(marshalBody(arraySignature, single).subarray(8));
+  const element = marshalBody(arraySignature, single).subarray(8);
+  // Elements are kept for as long as their machine does not change. A copy from Node's shared 8 KiB
+  // pool would keep the whole slab alive, slabs that short-lived buffers filled in between: with
+  // 10,000 machines that held 29 MiB for 9 MiB of elements. An unpooled copy holds its own bytes.
+  const owned = Buffer.allocUnsafeSlow(element.length);
+  element.copy(owned);
+  return owned;
 }
 
 /** A reply body of one array, given as the elements' marshalled bytes. */
