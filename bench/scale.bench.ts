@@ -5,7 +5,7 @@
 //   VMKEEPER_BENCH_DOMAINS=default: domains in test:///default, with domain events;
 //   VMKEEPER_SCALE_HEAP_DIR=<dir>: a heap snapshot of the agent, written there once it is idle
 //   again after the writes, to see what the reads and writes leave behind)
-import { mkdtemp, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdtemp, open, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { connectBus } from '../src/dbus/bus-address.js';
@@ -42,19 +42,26 @@ async function heapSnapshot(pid: number, dir: string): Promise<void> {
   const deadline = Date.now() + 120_000;
   for (;;) {
     const fresh = (await readdir(dir)).find((f) => f.endsWith('.heapsnapshot') && !before.has(f));
-    if (fresh) {
-      // V8 writes the file in place: it is complete once its size stops growing.
-      const size = async () => (await stat(path.join(dir, fresh))).size;
-      let last = -1;
-      for (let now = await size(); now !== last; now = await size()) {
-        last = now;
-        await pause(1000);
-      }
-      console.log(`heap snapshot: ${path.join(dir, fresh)} (${(last / 1048576).toFixed(0)} MiB)`);
+    // V8 creates the file, walks the heap, then writes the JSON in place; it ends with "]}".
+    if (fresh && (await snapshotComplete(path.join(dir, fresh)))) {
+      console.log(`heap snapshot: ${path.join(dir, fresh)} (${((await stat(path.join(dir, fresh))).size / 1048576).toFixed(0)} MiB)`);
       return;
     }
-    if (Date.now() > deadline) throw new Error('no heap snapshot within 120 s');
-    await pause(200);
+    if (Date.now() > deadline) throw new Error('no complete heap snapshot within 120 s');
+    await pause(500);
+  }
+}
+
+async function snapshotComplete(file: string): Promise<boolean> {
+  const { size } = await stat(file);
+  if (size < 2) return false;
+  const handle = await open(file, 'r');
+  try {
+    const tail = Buffer.alloc(2);
+    await handle.read(tail, 0, 2, size - 2);
+    return tail.toString() === ']}';
+  } finally {
+    await handle.close();
   }
 }
 
