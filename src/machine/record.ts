@@ -1,5 +1,6 @@
 import type * as v from 'valibot';
 import { copyAnnotations, type Annotations } from './annotations.js';
+import { copyJson } from './copy-json.js';
 import type { machineStatusSchema, recordFieldsSchema } from './record-schema.js';
 import type { MachineSpec, PowerState } from './spec.js';
 
@@ -59,7 +60,7 @@ export function specView(r: MachineRecord): MachineSpec {
 
 /** A deep copy, so a record handed out can never be mutated behind the store's back. */
 export function cloneRecord(r: MachineRecord): MachineRecord {
-  return structuredClone(r);
+  return copyJson(r);
 }
 
 /** Deep-freezes a record: the store hands out shared frozen records instead of copying 10,000 per list. */
