@@ -40,13 +40,17 @@ async function heapSnapshot(pid: number, dir: string): Promise<void> {
   const before = new Set(await readdir(dir));
   process.kill(pid, 'SIGUSR2');
   const deadline = Date.now() + 120_000;
+  let lastSize = -1;
   for (;;) {
     const fresh = (await readdir(dir)).find((f) => f.endsWith('.heapsnapshot') && !before.has(f));
-    // V8 creates the file, walks the heap, then writes the JSON in place; it ends with "]}".
-    if (fresh && (await snapshotComplete(path.join(dir, fresh)))) {
-      console.log(`heap snapshot: ${path.join(dir, fresh)} (${((await stat(path.join(dir, fresh))).size / 1048576).toFixed(0)} MiB)`);
+    // V8 creates the file, walks the heap, then writes the JSON in place, in chunks: complete once
+    // it ends with "]}" and has not grown since the last look (a chunk could end in "]}" too).
+    const size = fresh ? (await stat(path.join(dir, fresh))).size : -1;
+    if (fresh && size === lastSize && (await snapshotComplete(path.join(dir, fresh)))) {
+      console.log(`heap snapshot: ${path.join(dir, fresh)} (${(size / 1048576).toFixed(0)} MiB)`);
       return;
     }
+    lastSize = size;
     if (Date.now() > deadline) throw new Error('no complete heap snapshot within 120 s');
     await pause(500);
   }

@@ -97,7 +97,8 @@ export class MachineInterface extends SnapshotInterface {
    */
   managedElement(): Buffer {
     if (this.objectBytes?.values !== this.values) {
-      const value: InterfacesAndProperties = { [MACHINE_INTERFACE]: this.variants() };
+      // Not checked again: managedObjects() leaves out a machine whose snapshot has an encodingProblem.
+      const value: InterfacesAndProperties = { [MACHINE_INTERFACE]: this.buildVariants() };
       this.objectBytes = { values: this.values, bytes: marshalElement(MANAGED_OBJECTS_SIGNATURE, { [this.objectPath]: value }) };
     }
     return this.objectBytes.bytes;

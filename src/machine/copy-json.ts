@@ -1,8 +1,9 @@
 /**
- * A deep copy of JSON-shaped data (plain objects, arrays, primitives; undefined kept), what
- * structuredClone makes of such data at a fifth of its cost (1.2 µs against 6.3 µs a record), and
- * every write copies its record. Objects come out as plain objects whatever their prototype was,
- * as structuredClone's do; a "__proto__" key stays an own key instead of setting the prototype.
+ * A deep copy of a JSON tree (plain objects, arrays, primitives, undefined; no shared or cyclic
+ * references, no Dates or Maps): what structuredClone makes of such a tree at a fifth of its cost
+ * (1.2 µs against 6.3 µs a record), and every write copies its record. Objects come out as plain
+ * mutable objects whatever their prototype or frozenness was, as structuredClone's do; a
+ * "__proto__" key stays an own key instead of setting the prototype.
  */
 export function copyJson<T>(value: T): T {
   if (typeof value !== 'object' || value === null) return value;

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { copyJson } from '../../../src/machine/copy-json.js';
 import { emptyAnnotations } from '../../../src/machine/annotations.js';
+import { freezeRecord } from '../../../src/machine/record.js';
 import { makeRecord } from '../../support/records.js';
 
 describe('copyJson', () => {
@@ -11,8 +12,8 @@ describe('copyJson', () => {
     expect(Object.getPrototypeOf(copy.annotations)).toBe(Object.prototype);
   });
 
-  it('shares nothing with the original', () => {
-    const record = makeRecord('web-1');
+  it('shares nothing with the original, and a frozen stored record comes out mutable', () => {
+    const record = freezeRecord(makeRecord('web-1'));
     const copy = copyJson(record);
     copy.spec.disks[0]!.sizeGiB = 99;
     copy.annotations.owner = 'changed';
