@@ -467,7 +467,7 @@ export class FileMachineStore implements MachineStore {
         // The frame may be on disk, and a restart would bring its attachments back: their owner
         // keeps them (the caller is told of the failure all the same).
         for (const e of entries) for (const a of e.attachments) a.carried();
-        this.logger.error('cannot cut a failed batch off the record journal; a restart may apply it', { file: journal.path, error: describeError(err.undoError) });
+        this.logger.error('cannot cut a failed batch off the record journal; a restart may apply it, and the next write cuts it first (refused while that fails)', { file: journal.path, error: describeError(err.undoError) });
         return storageFailure(`cannot append to the journal ${journal.path}; undoing it failed too (the change may survive a restart)`, err.appendError);
       }
       return storageFailure(`cannot append to the journal ${journal.path}`, err);

@@ -72,6 +72,11 @@ export class RecordJournal {
   private readonly fs: StoreFs;
   private fd: number | undefined;
   private length = 0;
+  /**
+   * A failed append could not be cut back: bytes of unknown shape (a torn frame, or a whole one)
+   * follow `length` until a cut succeeds. A frame appended after a torn one would never load.
+   */
+  private tailUnknown = false;
 
   constructor(options: RecordJournalOptions) {
     this.file = options.file;
@@ -113,6 +118,11 @@ export class RecordJournal {
    */
   async append(ops: JournalOp[], precondition?: (frameBytes: number) => Promise<void>): Promise<void> {
     const fd = this.openFd();
+    if (this.tailUnknown) {
+      await this.cutTo(this.length).catch((err: unknown) => {
+        throw Object.assign(new Error(`an earlier failed batch is still at the end of ${this.file} and cannot be cut off, so no batch is written after it: ${String((err as Error)?.message ?? err)}`), { cause: err });
+      });
+    }
     const before = this.length;
     const frame = encodeBatch(ops);
     // Settles to its error, or undefined: it must not reject unobserved while the write runs.
@@ -125,6 +135,7 @@ export class RecordJournal {
     } catch (err) {
       // A frame that reached the disk while its caller is told it failed would come back on load.
       await this.cutTo(before).catch((cutErr: unknown) => {
+        this.tailUnknown = true;
         throw new JournalUndoError(err, cutErr);
       });
       throw err;
@@ -149,6 +160,7 @@ export class RecordJournal {
     await this.fs.ftruncate(fd, length);
     await this.fs.fdatasync(fd);
     this.length = length;
+    this.tailUnknown = false;
   }
 
   private openFd(): number {

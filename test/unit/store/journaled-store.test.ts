@@ -2,7 +2,7 @@ import { readFile, readdir, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { MIN_FREE_BYTES } from '../../../src/store/file-store.js';
-import { encodeBatch } from '../../../src/store/record-journal.js';
+import { decodeJournal, encodeBatch } from '../../../src/store/record-journal.js';
 import { type StoreFs, nodeStoreFs } from '../../../src/store/store-fs.js';
 import { errnoError, makeRecord, newTestStore, useTempStateDir } from '../../support/records.js';
 
@@ -128,5 +128,46 @@ describe('FileMachineStore with a journal', () => {
     expect(store.get('a')).toBeUndefined();
     free = MIN_FREE_BYTES;
     await expect(store.put(makeRecord('b'))).resolves.toMatchObject({ name: 'b' });
+  });
+
+  it('after a torn frame it could not cut back, cuts it before the next write and refuses writes while it cannot: no acknowledged frame follows a torn one', async () => {
+    let tear = false;
+    let cutFails = false;
+    const { store } = journaled({
+      write: async (fd, data) => {
+        if (!tear) return nodeStoreFs.write(fd, data);
+        await nodeStoreFs.write(fd, data.subarray(0, data.length >> 1));
+        throw errnoError('EIO', 'write');
+      },
+      ftruncate: async (fd, n) => {
+        if (cutFails) throw errnoError('EIO', 'ftruncate');
+        return nodeStoreFs.ftruncate(fd, n);
+      },
+    });
+    await store.load();
+    const a = await store.put(makeRecord('a'));
+    const whole = (await stat(journalOf())).size;
+
+    tear = true;
+    cutFails = true;
+    await expect(store.put(makeRecord('b'))).rejects.toMatchObject({ kind: 'StorageFailure', message: expect.stringMatching(/undoing it failed too/) });
+    tear = false;
+    const torn = (await stat(journalOf())).size;
+    expect(torn).toBeGreaterThan(whole);
+    await expect(store.put(makeRecord('c'))).rejects.toMatchObject({ kind: 'StorageFailure', message: expect.stringMatching(/cannot be cut off/) });
+    expect((await stat(journalOf())).size).toBe(torn);
+
+    cutFails = false;
+    const d = await store.put(makeRecord('d'));
+    const { batches, validBytes } = decodeJournal(await readFile(journalOf()));
+    expect(validBytes).toBe((await stat(journalOf())).size);
+    expect(batches.flat().map((op) => op.name)).toEqual(['a', 'd']);
+
+    const { store: again } = journaled();
+    await again.load();
+    expect(again.get('a')).toEqual(a);
+    expect(again.get('d')).toEqual(d);
+    expect(again.get('b')).toBeUndefined();
+    expect(again.get('c')).toBeUndefined();
   });
 });
