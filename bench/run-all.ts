@@ -38,6 +38,7 @@ section('force-stop lateness and sweeper (bench/sweeper.bench.ts)', runScript('s
 section('record store load (bench/store-load.bench.ts)', runScript('store-load.bench.ts'));
 section('schema library (bench/schema-startup.bench.ts)', runScript('schema-startup.bench.ts'));
 section('issue 12 at scale: 10,000 machines (bench/scale.bench.ts)', await scaleBench(10_000));
+section('the test driver in the RSS figures (bench/test-driver-rss.bench.ts)', runScript('test-driver-rss.bench.ts', ['10000']));
 section('load: 200 clients', await loadBench(quick ? 15 : Number(process.env.VMKEEPER_LOAD_SECONDS ?? 60)));
 section('authorization: polkit versus the bus policy (bench/authorization.bench.ts)', await authorizationBench());
 console.log(`\nload average at end: ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}`);
