@@ -46,7 +46,7 @@ async function heapSnapshot(pid: number, dir: string): Promise<void> {
     // V8 creates the file, walks the heap, then writes the JSON in place, in chunks: complete once
     // it ends with "]}" and has not grown since the last look (a chunk could end in "]}" too).
     const size = fresh ? (await stat(path.join(dir, fresh))).size : -1;
-    if (fresh && size === lastSize && (await snapshotComplete(path.join(dir, fresh)))) {
+    if (fresh && size === lastSize && (await endsWithClosingBytes(path.join(dir, fresh), size))) {
       console.log(`heap snapshot: ${path.join(dir, fresh)} (${(size / 1048576).toFixed(0)} MiB)`);
       return;
     }
@@ -56,8 +56,7 @@ async function heapSnapshot(pid: number, dir: string): Promise<void> {
   }
 }
 
-async function snapshotComplete(file: string): Promise<boolean> {
-  const { size } = await stat(file);
+async function endsWithClosingBytes(file: string, size: number): Promise<boolean> {
   if (size < 2) return false;
   const handle = await open(file, 'r');
   try {

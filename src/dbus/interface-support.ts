@@ -100,8 +100,8 @@ export class SnapshotInterface extends dbusInterface.Interface {
    */
   setValues(next: PropertyValues, emit = true): string[] {
     const changed = Object.keys(next).filter((k) => !sameValue(this.values[k], next[k]));
-    const sameKeys = Object.keys(this.values).length === Object.keys(next).length && Object.keys(this.values).every((k) => Object.hasOwn(next, k));
-    if (changed.length === 0 && sameKeys) return changed;
+    // No change, and no property dropped (next's keys are all compared above).
+    if (changed.length === 0 && Object.keys(this.values).every((k) => Object.hasOwn(next, k))) return changed;
     this.values = next;
     this.encodingProblem = unmarshallableText(next);
     if (emit && changed.length > 0) {

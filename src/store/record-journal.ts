@@ -1,4 +1,5 @@
 import { crc32 } from 'node:zlib';
+import { describeError } from '../machine/errors.js';
 import type { MachineRecord } from '../machine/record.js';
 import type { StoreFs } from './store-fs.js';
 
@@ -120,7 +121,7 @@ export class RecordJournal {
     const fd = this.openFd();
     if (this.tailUnknown) {
       await this.cutTo(this.length).catch((err: unknown) => {
-        throw Object.assign(new Error(`an earlier failed batch is still at the end of ${this.file} and cannot be cut off, so no batch is written after it: ${String((err as Error)?.message ?? err)}`), { cause: err });
+        throw new Error(`an earlier failed batch is still at the end of ${this.file} and cannot be cut off, so no batch is written after it: ${describeError(err)}`, { cause: err });
       });
     }
     const before = this.length;
