@@ -5,7 +5,7 @@
 //   VMKEEPER_BENCH_DOMAINS=default   domains in test:///default, with domain events (the agent
 //                                    defines them first); default: a node file, polled
 import { cpuSeconds, rssKiB } from './load-run.js';
-import { BENCH_DOMAINS, startBenchAgent, waitUntilQuiet } from './fixtures.js';
+import { BENCH_DOMAINS, requireDomainEvents, settleAfterDefines, startBenchAgent } from './fixtures.js';
 
 export async function idleBench(seconds: number, counts = [0, 10_000]): Promise<string[]> {
   const lines: string[] = [];
@@ -13,7 +13,8 @@ export async function idleBench(seconds: number, counts = [0, 10_000]): Promise<
     const bench = await startBenchAgent(count);
     try {
       const pid = bench.agent.child.pid!;
-      const settledMs = await waitUntilQuiet(pid); // start-up done (first resync; with test:///default, every define)
+      const settledMs = await settleAfterDefines(pid); // start-up done (first resync; with test:///default, every define)
+      requireDomainEvents(bench.agent);
       const cpu0 = cpuSeconds(pid);
       const main0 = cpuSeconds(pid, pid); // the main thread (JavaScript); the rest is V8's helpers and libuv's pool (libvirt calls, files)
       const rss: number[] = [];

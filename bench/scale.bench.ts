@@ -14,7 +14,7 @@ import { spawnAgent, type AgentProcess } from '../test/support/agent-process.js'
 import { startSessionBus } from '../test/support/dbus-daemon.js';
 import { percentile } from './common.js';
 import { busctlTimes, getId, mgr, objectManager, readsUnderWrites, timeCalls } from './dbus-latency.bench.js';
-import { BENCH_DOMAINS, benchAgentForm, benchFromSource, buildAgentOnce, notifyReceiver, waitUntilQuiet, writeMachines } from './fixtures.js';
+import { BENCH_DOMAINS, benchAgentForm, benchFromSource, buildAgentOnce, notifyReceiver, requireDomainEvents, settleAfterDefines, writeMachines } from './fixtures.js';
 import { cpuSeconds, rssKiB } from './load-run.js';
 
 const IDLE_SEC = Number(process.env.VMKEEPER_SCALE_IDLE_SEC ?? 30);
@@ -104,8 +104,9 @@ export async function scaleBench(count = 10_000): Promise<string[]> {
     const client = await connectBus(bus.address);
     client.on('error', () => {});
     const pid = agent.child.pid!;
-    if (BENCH_DOMAINS === 'default') await waitUntilQuiet(pid);
+    if (BENCH_DOMAINS === 'default') await settleAfterDefines(pid);
     else await pause(SETTLE_MS);
+    requireDomainEvents(agent);
     const cpu0 = cpuSeconds(pid);
     const w0 = Date.now();
     await pause(IDLE_SEC * 1000);
