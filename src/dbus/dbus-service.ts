@@ -53,6 +53,8 @@ export class DBusService {
   private readonly machinesByPath = new Map<string, MachineInterface>();
   /** Exported machine names in ListMachines order, kept sorted as machines come and go. */
   private sortedNames: string[] = [];
+  /** The agent default each machine's GracePeriodSec was last built with. */
+  private defaultGrace: number | undefined;
   /**
    * The last ListMachines and GetManagedObjects reply bodies, dropped when a machine changes and
    * rebuilt from each machine's marshalled bytes (only a changed machine is marshalled again).
@@ -104,6 +106,7 @@ export class DBusService {
     this.bus.export(MANAGER_PATH, this.manager);
     this.bus.export(MANAGER_PATH, this.objectManager);
     this.manager.setValues(this.manager.currentProperties(), false);
+    this.defaultGrace = this.api.info().defaultGracePeriodSec;
     for (const record of this.api.list()) this.exportMachine(record, false);
     try {
       await this.callers.start();
@@ -157,7 +160,10 @@ export class DBusService {
   private readonly onInfo = (info: ManagerInfo) =>
     this.guard('infoChanged', () => {
       this.manager.setValues(this.manager.currentProperties());
-      // The agent default feeds each machine's GracePeriodSec.
+      // The agent default feeds each machine's GracePeriodSec; the state and libvirt changes
+      // that make up most of these events leave the 10,000 machines as they are.
+      if (info.defaultGracePeriodSec === this.defaultGrace) return;
+      this.defaultGrace = info.defaultGracePeriodSec;
       for (const iface of this.machines.values()) {
         const record = this.tryGet(iface.machineName);
         if (record) iface.update(record, info.defaultGracePeriodSec);
@@ -206,7 +212,7 @@ export class DBusService {
 
   /** Exports a new machine (with signals when `announce`) or updates an exported one. */
   private exportMachine(record: MachineRecord, announce: boolean): void {
-    const defaultGrace = this.api.info().defaultGracePeriodSec;
+    const defaultGrace = this.defaultGrace ??= this.api.info().defaultGracePeriodSec;
     const existing = this.machines.get(record.name);
     if (existing) {
       const entry = existing.listEntry;
