@@ -23,19 +23,18 @@ export function buildAgentOnce(): Promise<void> {
   built ??= (async () => {
     // Without its domain-events addon the agent polls libvirt: a fresh checkout after `npm ci`
     // alone has none, and would measure the poll where the bench means events.
-    if (!existsSync(path.join(PROJECT_ROOT, 'native/build/Release/domain_events.node'))) {
-      await run(path.join(PROJECT_ROOT, 'node_modules/.bin/node-gyp'), ['rebuild', '--directory', path.join(PROJECT_ROOT, 'native'), '--loglevel=warn'], 'building the domain-events addon (node-gyp rebuild)');
-    }
-    if (!benchFromSource) await run(process.execPath, [path.join(PROJECT_ROOT, 'node_modules/typescript/bin/tsc'), '-p', path.join(PROJECT_ROOT, 'tsconfig.build.json')], 'building the agent (tsc -p tsconfig.build.json)');
+    if (!existsSync(path.join(PROJECT_ROOT, 'native/build/Release/domain_events.node'))) await npmRun('build:native');
+    if (!benchFromSource) await npmRun('build:ts');
   })();
   return built;
 }
 
-function run(command: string, args: string[], what: string): Promise<void> {
+/** One of package.json's build steps. */
+function npmRun(script: string): Promise<void> {
   return new Promise<void>((resolve, reject) => {
-    const child = spawn(command, args, { stdio: 'inherit', cwd: PROJECT_ROOT });
+    const child = spawn('npm', ['run', '--silent', script], { stdio: 'inherit', cwd: PROJECT_ROOT });
     child.once('error', reject);
-    child.once('exit', (code) => (code === 0 ? resolve() : reject(new Error(`${what} failed: exit ${code}`))));
+    child.once('exit', (code) => (code === 0 ? resolve() : reject(new Error(`npm run ${script} failed: exit ${code}`))));
   });
 }
 
@@ -89,6 +88,11 @@ export async function writeRecordFiles(dir: string, records: MachineRecord[]): P
   }
 }
 
+/** The spec of every bench machine: a direct-boot kernel in imageDir, no disks, powered off. */
+export function benchSpec(imageDir: string): MachineRecord['spec'] {
+  return { cpus: 1, memoryMiB: 64, domainType: 'qemu', boot: { kernel: `${imageDir}/vmlinuz` }, disks: [], nics: [], power: 'off' };
+}
+
 export async function writeMachines(dir: string, count: number): Promise<{ stateDir: string; imageDir: string; uri: string }> {
   const stateDir = path.join(dir, 'state');
   const imageDir = path.join(dir, 'images');
@@ -98,7 +102,7 @@ export async function writeMachines(dir: string, count: number): Promise<{ state
   const records = Array.from({ length: count }, (_, i) =>
     settledRecord(machineName(i), randomUUID(), {
       annotations: { owner: 'bench' },
-      spec: { cpus: 1, memoryMiB: 64, domainType: 'qemu', boot: { kernel: `${imageDir}/vmlinuz` }, disks: [], nics: [], power: 'off' },
+      spec: benchSpec(imageDir),
       status: { ...newStatus(), state: 'stopped', domainDefined: true },
     }),
   );

@@ -8,28 +8,34 @@ import { randomUUID } from 'node:crypto';
 import { Hypervisor } from '@unraid/libvirt';
 import { buildDomainXml } from '../src/hypervisor/libvirt/domain-xml.js';
 import { rssKiB } from './load-run.js';
-import { machineName } from './fixtures.js';
+import { benchSpec, machineName } from './fixtures.js';
+import { domainNameFor } from '../src/machine/names.js';
+import { serialLogFile } from '../src/machine/paths.js';
 
+// Where a packaged agent keeps them; the test driver reads neither.
+const STATE_DIR = '/var/lib/vmkeeper';
+const IMAGE_DIR = `${STATE_DIR}/images`;
 const MiB = (kib: number) => `${(kib / 1024).toFixed(1)} MiB`;
 
 export async function testDriverRss(count = 10_000): Promise<string> {
   const hypervisor = new Hypervisor({ uri: 'test:///default' });
   await hypervisor.connectOpen();
   const before = rssKiB(process.pid);
+  const { cpus, memoryMiB, domainType, boot } = benchSpec(IMAGE_DIR);
   for (let i = 0; i < count; i++) {
     const name = machineName(i);
     await hypervisor.domainDefineXML(
       buildDomainXml({
-        domainName: `vmkeeper-${name}`,
+        domainName: domainNameFor(name),
         uuid: randomUUID(),
         machineName: name,
-        domainType: 'qemu',
-        cpus: 1,
-        memoryMiB: 64,
-        boot: { kernel: '/var/lib/vmkeeper/images/vmlinuz' },
+        domainType,
+        cpus,
+        memoryMiB,
+        ...(boot && { boot }),
         diskFiles: [],
         nics: [],
-        serialLogFile: `/var/log/vmkeeper/${name}.log`,
+        serialLogFile: serialLogFile(STATE_DIR, name),
         createdAt: Date.now(),
       }),
     );

@@ -5,7 +5,7 @@ import type { Logger } from '../logging/logger.js';
 import { describeError } from '../machine/errors.js';
 import { MACHINE_PATH_PREFIX, MANAGER_PATH, machineObjectPath } from '../machine/names.js';
 import type { MachineRecord } from '../machine/record.js';
-import type { AgentEvent, MachineApi, MachineApiEvents, ManagerInfo } from '../service/api.js';
+import type { AgentEvent, MachineApi, MachineApiEvents } from '../service/api.js';
 import type { HostApi } from '../drain/host-api.js';
 import { LIST_SIGNATURE, MACHINE_INTERFACE, MANAGED_OBJECTS_SIGNATURE, MachineInterface } from './machine-interface.js';
 import { MarshalledArray } from './marshalled.js';
@@ -53,8 +53,11 @@ export class DBusService {
   private readonly machinesByPath = new Map<string, MachineInterface>();
   /** Exported machine names in ListMachines order, kept sorted as machines come and go. */
   private sortedNames: string[] = [];
-  /** The agent default each machine's GracePeriodSec was last built with. */
-  private defaultGrace: number | undefined;
+  /**
+   * The agent default in each machine's GracePeriodSec, read once at start: it is fixed for the
+   * agent's life (MachineService.updateInfo cannot change it; a reload says it needs a restart).
+   */
+  private defaultGrace = 0;
   /**
    * The last ListMachines and GetManagedObjects reply bodies, dropped when a machine changes and
    * rebuilt from each machine's marshalled bytes (only a changed machine is marshalled again).
@@ -99,6 +102,7 @@ export class DBusService {
   async start(): Promise<void> {
     if (this.started) return;
     this.started = true;
+    this.defaultGrace = this.api.info().defaultGracePeriodSec;
     // Faults (unknown object, bad arguments) are answered before polkit is asked, as sd-bus services do.
     this.bus.addMethodHandler(this.answerStandard);
     if (this.authorizationGate) this.bus.addMethodHandler(this.authorizationGate);
@@ -106,7 +110,6 @@ export class DBusService {
     this.bus.export(MANAGER_PATH, this.manager);
     this.bus.export(MANAGER_PATH, this.objectManager);
     this.manager.setValues(this.manager.currentProperties(), false);
-    this.defaultGrace = this.api.info().defaultGracePeriodSec;
     for (const record of this.api.list()) this.exportMachine(record, false);
     try {
       await this.callers.start();
@@ -156,20 +159,9 @@ export class DBusService {
   private readonly onRemoved = (record: MachineRecord) => this.guard('machineRemoved', () => this.unexportMachine(record.name));
   private readonly onEvent = (event: AgentEvent) => this.guard('event', () => this.manager.MachineEvent(event));
   private readonly onJournaled = (event: AgentEvent) => this.guard('eventJournaled', () => this.manager.EventRecorded(event));
-  private readonly onDrainState = () => this.guard('drainState', () => this.manager.setValues(this.manager.currentProperties()));
-  private readonly onInfo = (info: ManagerInfo) =>
-    this.guard('infoChanged', () => {
-      this.manager.setValues(this.manager.currentProperties());
-      // The agent default feeds each machine's GracePeriodSec; the state and libvirt changes
-      // that make up most of these events leave the 10,000 machines as they are.
-      if (info.defaultGracePeriodSec === this.defaultGrace) return;
-      this.defaultGrace = info.defaultGracePeriodSec;
-      for (const iface of this.machines.values()) {
-        const record = this.tryGet(iface.machineName);
-        if (record) iface.update(record, info.defaultGracePeriodSec);
-      }
-      this.dropReplies();
-    });
+  // The drain, the agent's state and the libvirt connection show in the Manager's properties
+  // only, never in a machine's.
+  private readonly onManagerState = () => this.guard('managerState', () => this.manager.setValues(this.manager.currentProperties()));
 
   private listeners(): Array<[keyof MachineApiEvents, (...args: never[]) => void]> {
     return [
@@ -178,18 +170,18 @@ export class DBusService {
       ['machineRemoved', this.onRemoved],
       ['event', this.onEvent],
       ['eventJournaled', this.onJournaled],
-      ['infoChanged', this.onInfo],
+      ['infoChanged', this.onManagerState],
     ];
   }
 
   private subscribe(): void {
     for (const [event, fn] of this.listeners()) this.api.on(event, fn as MachineApiEvents[typeof event]);
-    this.host?.onDrainState(this.onDrainState);
+    this.host?.onDrainState(this.onManagerState);
   }
 
   private unsubscribe(): void {
     for (const [event, fn] of this.listeners()) this.api.off(event, fn as MachineApiEvents[typeof event]);
-    this.host?.offDrainState(this.onDrainState);
+    this.host?.offDrainState(this.onManagerState);
   }
 
   /** A failure to publish must never propagate into the api's emitter. */
@@ -202,17 +194,9 @@ export class DBusService {
     }
   }
 
-  private tryGet(name: string): MachineRecord | undefined {
-    try {
-      return this.api.get(name);
-    } catch {
-      return undefined;
-    }
-  }
-
   /** Exports a new machine (with signals when `announce`) or updates an exported one. */
   private exportMachine(record: MachineRecord, announce: boolean): void {
-    const defaultGrace = this.defaultGrace ??= this.api.info().defaultGracePeriodSec;
+    const defaultGrace = this.defaultGrace;
     const existing = this.machines.get(record.name);
     if (existing) {
       const entry = existing.listEntry;
