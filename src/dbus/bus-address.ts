@@ -43,10 +43,20 @@ export function plainSocketAddress(address: string): string {
 /** Opens a bus and waits until the Hello exchange is done, so a bad address fails at startup. */
 export async function connectBus(address: BusAddress, timeoutMs = 10_000): Promise<MessageBus> {
   const bus = openBus(address);
-  await new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => done(new Error(`timed out connecting to D-Bus at ${address}`)), timeoutMs);
+  await whenConnected(bus, timeoutMs, `D-Bus at ${address}`);
+  return bus;
+}
+
+/**
+ * Waits until the Hello exchange of a bus just opened is done. A connection that fails (no socket,
+ * refused) rejects at once and is closed: dbus-next itself would hold every call made on it
+ * unanswered forever, so a caller bounded by a timeout would wait all of it.
+ */
+export function whenConnected(bus: MessageBus, timeoutMs: number, what: string): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => done(new Error(`timed out connecting to ${what}`)), timeoutMs);
     const onConnect = () => done();
-    const onError = (err: unknown) => done(new Error(`cannot connect to D-Bus at ${address}: ${oneLine(err)}`));
+    const onError = (err: unknown) => done(new Error(`cannot connect to ${what}: ${oneLine(err)}`));
     function done(err?: Error) {
       clearTimeout(timer);
       bus.off('connect', onConnect);
@@ -64,7 +74,6 @@ export async function connectBus(address: BusAddress, timeoutMs = 10_000): Promi
     bus.on('connect', onConnect);
     bus.on('error', onError);
   });
-  return bus;
 }
 
 function oneLine(err: unknown): string {

@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process';
 import { closeSync } from 'node:fs';
 import { Message, MessageType, sessionBus, systemBus, type MessageBus } from 'dbus-next';
-import { onBusLost } from '../dbus/bus-address.js';
+import { onBusLost, whenConnected } from '../dbus/bus-address.js';
 import { systemClock, type Clock } from '../lifecycle/clock.js';
 import { withTimeout } from '../lifecycle/with-timeout.js';
 import type { Logger } from '../logging/logger.js';
@@ -48,7 +48,8 @@ const LOGIN1 = { destination: 'org.freedesktop.login1', path: '/org/freedesktop/
 const SYSTEMD1 = { destination: 'org.freedesktop.systemd1', path: '/org/freedesktop/systemd1' };
 
 export class SystemBusHostPlatform implements HostPlatform {
-  private bus: MessageBus | undefined;
+  /** The connection, once its Hello is answered (or while it is being made). */
+  private bus: Promise<MessageBus> | undefined;
   private readonly timeoutMs: number;
   private readonly clock: Clock;
   private prepareListener: ((active: boolean) => void) | undefined;
@@ -152,32 +153,38 @@ export class SystemBusHostPlatform implements HostPlatform {
     this.closed = true;
     const bus = this.bus;
     this.bus = undefined;
-    try {
-      bus?.disconnect();
-    } catch {
-      /* closed */
-    }
+    void bus?.then((b) => b.disconnect(), () => {});
   }
 
-  private async connect(): Promise<MessageBus> {
+  /**
+   * The system bus connection, made on first use. One that cannot be made (no system bus, as in a
+   * container without dbus-daemon) fails this call at once, and the next call tries again.
+   */
+  private connect(): Promise<MessageBus> {
     if (this.bus) return this.bus;
     const bus = this.o.busAddress
       ? sessionBus({ busAddress: this.o.busAddress, negotiateUnixFd: true } as Parameters<typeof sessionBus>[0])
       : systemBus({ negotiateUnixFd: true });
-    bus.on('error', (err: unknown) => this.o.logger.warn(`system bus connection error: ${describeError(err)}`));
-    // One dispatcher per connection, so subscribing again on it never doubles the listener.
-    bus.on('message', (msg: Message) => {
-      if (msg.type === MessageType.SIGNAL && msg.interface === LOGIN1.interface && msg.member === 'PrepareForShutdown') {
-        this.prepareListener?.(Boolean(msg.body[0]));
-      }
+    const connected = whenConnected(bus, this.timeoutMs, 'the system bus').then(() => {
+      bus.on('error', (err: unknown) => this.o.logger.warn(`system bus connection error: ${describeError(err)}`));
+      // One dispatcher per connection, so subscribing again on it never doubles the listener.
+      bus.on('message', (msg: Message) => {
+        if (msg.type === MessageType.SIGNAL && msg.interface === LOGIN1.interface && msg.member === 'PrepareForShutdown') {
+          this.prepareListener?.(Boolean(msg.body[0]));
+        }
+      });
+      onBusLost(bus, (reason) => {
+        if (this.bus !== connected || this.closed) return; // replaced, or closed by us
+        this.bus = undefined;
+        this.lostListener?.(reason);
+      });
+      return bus;
     });
-    onBusLost(bus, (reason) => {
-      if (this.bus !== bus || this.closed) return; // replaced, or closed by us
-      this.bus = undefined;
-      this.lostListener?.(reason);
+    this.bus = connected;
+    connected.catch(() => {
+      if (this.bus === connected) this.bus = undefined;
     });
-    this.bus = bus;
-    return bus;
+    return connected;
   }
 
   private async call(msg: Message): Promise<Message> {

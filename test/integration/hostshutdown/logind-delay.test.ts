@@ -55,3 +55,18 @@ describe('logind InhibitDelayMaxUSec', () => {
     }
   });
 });
+
+describe('no system bus', () => {
+  // A container or a host without dbus-daemon: the start-up asks logind four things before READY,
+  // and each must fail when the connection does, not after its call timeout (here far beyond the
+  // test's own). dbus-next alone leaves a call on a failed connection unanswered forever.
+  it('calls fail as soon as the connection does, and the next call tries again', async () => {
+    const platform = new SystemBusHostPlatform({ logger: silentLogger, busAddress: 'unix:path=/nonexistent/vmkeeper-test/system_bus_socket', callTimeoutMs: 600_000 });
+    try {
+      await expect(platform.systemState()).rejects.toThrow(/cannot connect to the system bus: .*ENOENT/);
+      await expect(platform.inhibitDelayMaxUSec()).rejects.toThrow(/cannot connect to the system bus/);
+    } finally {
+      platform.close();
+    }
+  });
+});
