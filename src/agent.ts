@@ -178,6 +178,15 @@ export class Agent {
     await this.shutdownRecords.load();
   }
 
+  /**
+   * Closes the record store, once nothing can write any more (the bus is gone, the loops are
+   * stopped): the files catch up with the journal, and the snapshot the next start reads first
+   * is written.
+   */
+  async closeStore(): Promise<void> {
+    await this.parts.store.close?.();
+  }
+
   /** Starts the loops and the first poll; the reconcile that poll triggers goes on in the background. */
   async watch(): Promise<void> {
     this.reconciler.start();

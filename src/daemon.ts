@@ -22,7 +22,7 @@ import { systemClock } from './lifecycle/clock.js';
 import { PartSequence } from './lifecycle/part-sequence.js';
 import type { Logger } from './logging/logger.js';
 import { describeError } from './machine/errors.js';
-import { drainStateFile, eventsDir, recordJournalFile, recordsDir, shutdownRecordsDir } from './machine/paths.js';
+import { drainStateFile, eventsDir, recordJournalFile, recordsDir, recordsSnapshotFile, shutdownRecordsDir } from './machine/paths.js';
 import { SegmentFiles } from './events/segment-files.js';
 import { FileMachineStore } from './store/file-store.js';
 import { StoredRecordValidator } from './store/record-validation.js';
@@ -80,11 +80,15 @@ export class Daemon {
     const hypervisor = new LibvirtHypervisor({ uri: config.libvirt.uri, callTimeoutMs, logger, clock });
     // What systemd and logind must allow past hostShutdown.timeoutSec: the destroys at the end, and our own stop.
     const stopAllowanceMs = callTimeoutMs + 15_000;
+    const limits = specLimitsFrom(config);
+    // The snapshot's records were checked by this release under these limits: another release or
+    // other limits check every file again.
+    const snapshot = { file: recordsSnapshotFile(config.stateDir), key: `${AGENT_VERSION} ${JSON.stringify(limits)}` };
     this.agent = new Agent({
       config,
       clock,
       logger,
-      store: new FileMachineStore({ dir: recordsDir(config.stateDir), journalFile: recordJournalFile(config.stateDir), logger, clock, validator: new StoredRecordValidator(specLimitsFrom(config)) }),
+      store: new FileMachineStore({ dir: recordsDir(config.stateDir), journalFile: recordJournalFile(config.stateDir), logger, clock, validator: new StoredRecordValidator(limits), snapshot }),
       hypervisor,
       disks: new QemuImgDiskProvisioner({ logger }),
       eventFiles: new SegmentFiles(eventsDir(config.stateDir), logger),
@@ -125,7 +129,7 @@ export class Daemon {
       { name: 'machine records', start: async () => {
         await agent.load();
         await this.drain.restore();
-      } },
+      }, stop: () => agent.closeStore() },
       { name: 'D-Bus connection', start: () => this.connect(), stop: () => this.disconnect() },
       { name: 'D-Bus service', start: () => this.dbus!.start(), stop: () => this.dbus!.stop() },
       { name: 'agent', start: () => agent.watch(), stop: async () => {

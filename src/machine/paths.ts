@@ -12,6 +12,8 @@ export const shutdownRecordsDir = (stateDir: string) => path.join(stateDir, 'shu
 /** Whether the host is drained, kept across restarts of the agent. */
 export const drainStateFile = (stateDir: string) => path.join(stateDir, 'drain.json');
 export const recordsDir = (stateDir: string) => path.join(stateDir, 'machines');
+/** The parsed records as of the last clean stop, which the next start reads first (a cache of machines/). */
+export const recordsSnapshotFile = (stateDir: string) => path.join(stateDir, 'records.snapshot');
 export const eventsDir = (stateDir: string) => path.join(stateDir, 'events');
 /** Write-ahead journal of record changes; outside machines/ so readers of records never see it. */
 export const recordJournalFile = (stateDir: string) => path.join(stateDir, 'journal', 'records.log');

@@ -10,6 +10,7 @@ import type { Attachment, AttachmentOwner, LoadResult, MachineStore, Quarantined
 import { InvalidStoredRecord, StoredRecordValidator } from './record-validation.js';
 import { type StoreFs, UnsafeFileError, nodeStoreFs } from './store-fs.js';
 import { type JournalOp, JournalUndoError, RecordJournal } from './record-journal.js';
+import { RecordSnapshot } from './record-snapshot.js';
 
 // One JSON file per machine: <dir>/<name>.json. Writes go temp file -> fsync -> rename -> fsync
 // dir, so a crash leaves the old record or the new one, never half of either. Writes are grouped:
@@ -57,9 +58,16 @@ export interface FileMachineStoreOptions {
   clock?: Clock;
   /** Free space a journalled write must leave (MIN_FREE_BYTES); tests on a tiny tmpfs lower it. */
   minFreeBytes?: number;
+  /**
+   * A snapshot of the parsed records, written by close() and used by the next load() for every
+   * file still as it was (record-snapshot.ts); key names the rules the records were checked by.
+   */
+  snapshot?: { file: string; key: string };
 }
 
 const DEFAULT_CHECKPOINT_BYTES = 4 * 1024 * 1024;
+/** How long close() waits for the writes still queued or under way (a dead disk may hold them). */
+const CLOSE_SETTLE_MS = 3000;
 const DEFAULT_FILE_LAG_MS = 100;
 
 /**
@@ -108,6 +116,11 @@ export class FileMachineStore implements MachineStore {
   private lastFileUpdate = Number.NEGATIVE_INFINITY;
   private fileTimer: TimerHandle | undefined;
   private attachmentOwner: AttachmentOwner | undefined;
+  private readonly snapshot: RecordSnapshot | undefined;
+  /** close() has begun: files are written by it, no longer by the lag timer. */
+  private closing = false;
+  /** Called once no write is queued or under way. */
+  private idleWaiters: Array<() => void> = [];
 
   constructor(options: FileMachineStoreOptions) {
     this.dir = options.dir;
@@ -122,6 +135,7 @@ export class FileMachineStore implements MachineStore {
     this.minFreeBytes = options.minFreeBytes ?? MIN_FREE_BYTES;
     this.fileLagMs = options.fileLagMs ?? DEFAULT_FILE_LAG_MS;
     this.clock = options.clock ?? systemClock;
+    this.snapshot = options.snapshot ? new RecordSnapshot(this.fs, options.snapshot.file, options.snapshot.key) : undefined;
   }
 
   /** With a journal, frames carry the owner's attachments; without one they are ignored. */
@@ -150,10 +164,19 @@ export class FileMachineStore implements MachineStore {
       if (TEMP_FILE.test(file)) await this.removeLeftover(file);
       else if (file.endsWith('.json')) files.push(file);
     }
+    const cached = await this.snapshot?.read(this.logger);
+    let fromSnapshot = 0;
     let next = 0;
     const worker = async () => {
       while (next < files.length) {
         const file = files[next++]!;
+        const name = file.slice(0, -'.json'.length);
+        const kept = cached && (await this.snapshot!.recordIfUnchanged(cached, name, this.fileOf(name)));
+        if (kept) {
+          records.set(name, kept);
+          fromSnapshot++;
+          continue;
+        }
         const outcome = await this.loadOne(file, noteMigrated);
         if ('record' in outcome) records.set(outcome.record.name, outcome.record);
         else if (outcome.quarantined) quarantined.push(outcome.quarantined);
@@ -165,6 +188,7 @@ export class FileMachineStore implements MachineStore {
         from, to: RECORD_API_VERSION, records: count,
       });
     }
+    if (cached) this.logger.debug('machine records loaded', { files: files.length, fromSnapshot, snapshot: this.snapshot!.file });
     if (this.journal) await this.replayJournal(this.journal, records, noteMigrated);
     for (const r of records.values()) freezeRecord(r);
     this.records = records;
@@ -183,12 +207,41 @@ export class FileMachineStore implements MachineStore {
    * Brings the record files up to date (best effort: the journal holds every change anyway) and
    * closes the journal file (its fd would keep a file system busy); the store is not used after.
    */
-  async close(): Promise<void> {
+  async close(settleMs = CLOSE_SETTLE_MS): Promise<void> {
+    this.closing = true;
+    // Writes of operations that were under way when the agent stopped still land here.
+    await this.settled(settleMs);
     this.fileTimer?.cancel();
     this.fileTimer = undefined;
     // A batch still running holds the slot (and may be stuck on a dead disk): it is not waited for.
     if (!this.preparing && this.unwritten.size > 0) await this.writeUnwrittenFiles();
+    // Only of a settled store: a batch still running may be renaming files under it.
+    if (this.snapshot && !this.preparing && !this.applying) {
+      await this.snapshot.write(this.records, (name) => this.fileOf(name)).catch((err: unknown) =>
+        this.logger.warn('cannot write the record snapshot; the next start reads every record file', { file: this.snapshot!.file, error: describeError(err) }));
+    }
     await this.journal?.close();
+  }
+
+  /** Resolves once no write is queued or under way, or after waitMs. */
+  private settled(waitMs: number): Promise<void> {
+    if (!this.busy) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      const timer = this.clock.setTimer(waitMs, () => done());
+      const done = () => {
+        timer.cancel();
+        resolve();
+      };
+      this.idleWaiters.push(done);
+    });
+  }
+
+  private get busy(): boolean {
+    return this.preparing !== undefined || this.applying !== undefined || this.startScheduled || this.queue.size > 0;
+  }
+
+  private notifyIfIdle(): void {
+    if (!this.busy) for (const waiter of this.idleWaiters.splice(0)) waiter();
   }
 
   get(name: string): MachineRecord | undefined {
@@ -240,6 +293,7 @@ export class FileMachineStore implements MachineStore {
 
   private scheduleStart(): void {
     if (this.preparing || this.startScheduled) return;
+    if (this.queue.size === 0) return this.notifyIfIdle();
     this.startScheduled = true;
     // Writes issued before the event loop turns (a burst of bus messages read at once, callers
     // answered by the last batch writing again) join this batch.
@@ -312,8 +366,10 @@ export class FileMachineStore implements MachineStore {
       const file = this.fileOf(e.name);
       const temp = temps[i]!;
       try {
-        if (e.record) await this.fs.rename(temp, file);
-        else await this.fs.unlink(file);
+        if (e.record) {
+          await this.fs.rename(temp, file);
+          await this.snapshot?.noteWritten(e.name, e.record, file);
+        } else await this.fs.unlink(file);
         applied.push(e);
       } catch (err) {
         if (e.record) {
@@ -359,6 +415,7 @@ export class FileMachineStore implements MachineStore {
             await this.fs.unlink(temp).catch(() => undefined);
             throw err;
           });
+          await this.snapshot?.noteWritten(e.name, before, file);
         } else {
           await this.fs.unlink(file);
         }
@@ -488,7 +545,7 @@ export class FileMachineStore implements MachineStore {
 
   /** A file update fileLagMs after the last, in the batch slot (a batch running then does it instead). */
   private scheduleFileUpdate(): void {
-    if (this.fileTimer) return;
+    if (this.fileTimer || this.closing) return;
     const wait = Math.max(0, this.lastFileUpdate + this.fileLagMs - this.clock.now());
     this.fileTimer = this.clock.setTimer(wait, () => {
       this.fileTimer = undefined;
@@ -535,6 +592,7 @@ export class FileMachineStore implements MachineStore {
       await this.fs.unlink(temp).catch(() => undefined);
       throw err;
     });
+    await this.snapshot?.noteWritten(name, record, this.fileOf(name));
   }
 
   /** Makes every changed record file durable (rewritten synced, or removed), then empties the journal. */
@@ -612,11 +670,20 @@ export class FileMachineStore implements MachineStore {
 
   private async loadOne(file: string, migrated: (from: string) => void): Promise<{ record: MachineRecord } | { quarantined?: QuarantinedFile }> {
     const full = path.join(this.dir, file);
+    const name = file.slice(0, -'.json'.length);
     let reason: string;
     try {
-      const text = await this.fs.readRegularFile(full, MAX_RECORD_BYTES);
-      const warn = (repaired: string) => this.logger.warn('repaired a machine record on load', { file: full, repaired });
-      return { record: this.validator.parse(text, file.slice(0, -'.json'.length), warn, migrated) };
+      const { text, stamp } = await this.fs.readStampedFile(full, MAX_RECORD_BYTES);
+      // A record repaired or migrated on the way in is read from its file (and logged) at each
+      // start until it is rewritten, so the snapshot never holds it.
+      let asIs = true;
+      const warn = (repaired: string) => {
+        asIs = false;
+        this.logger.warn('repaired a machine record on load', { file: full, repaired });
+      };
+      const record = this.validator.parse(text, name, warn, (from) => (asIs = false, migrated(from)));
+      if (asIs) this.snapshot?.noteRead(name, record, stamp);
+      return { record };
     } catch (err) {
       // Unreadable (EIO, a FIFO, a link) or invalid: set it aside, keep starting.
       reason = quarantineReason(err);

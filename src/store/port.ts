@@ -33,6 +33,11 @@ export interface MachineStore {
   put(record: MachineRecord, attachment?: Attachment): Promise<MachineRecord>;
   /** Removes the record file (missing counts as done). */
   remove(name: string): Promise<void>;
+  /**
+   * At the agent's stop, after the last write: brings its files up to date and releases them; the
+   * store is not used after. A store with nothing to release has none.
+   */
+  close?(): Promise<void>;
   /** A store that can carry attachments keeps the owner's on load and before emptying its journal. */
   carryAttachmentsOf?(owner: AttachmentOwner): void;
 }

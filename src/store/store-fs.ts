@@ -7,6 +7,16 @@ import { promisify } from 'node:util';
 /** What kind of directory entry a path names, without following a symbolic link. */
 export type EntryKind = 'file' | 'directory' | 'symlink' | 'other' | 'missing';
 
+/**
+ * Which version of a file a path holds: inode, size, and modification and change times in
+ * nanoseconds. Any write, rename onto it, copy over it or chmod gives a new one (the change time
+ * cannot be set back by a tool), so an unchanged stamp means unchanged content.
+ */
+export interface FileStamp {
+  /** `ino/size/mtimeNs/ctimeNs`: compared whole. */
+  id: string;
+}
+
 export interface StoreFs {
   mkdir(path: string, mode: number): Promise<void>;
   readdir(path: string): Promise<string[]>;
@@ -15,6 +25,10 @@ export interface StoreFs {
    * FIFO and never reads a device: those throw UnsafeFileError (or ELOOP for a link).
    */
   readRegularFile(path: string, maxBytes: number): Promise<string>;
+  /** readRegularFile, with the stamp of the version read. */
+  readStampedFile(path: string, maxBytes: number): Promise<{ text: string; stamp: FileStamp }>;
+  /** The stamp of a regular file at path (a link is not followed); undefined when missing or not one. */
+  stamp(path: string): Promise<FileStamp | undefined>;
   entryKind(path: string): Promise<EntryKind>;
   open(path: string, flags: string, mode?: number): Promise<number>;
   /** Writes all of data (loops on short writes). */
@@ -45,7 +59,7 @@ function kindOf(st: fs.Stats): EntryKind {
   return 'other';
 }
 
-function describeNonRegular(st: fs.Stats): string {
+function describeNonRegular(st: fs.Stats | fs.BigIntStats): string {
   if (st.isDirectory()) return 'a directory';
   if (st.isFIFO()) return 'a FIFO';
   if (st.isCharacterDevice()) return 'a character device';
@@ -54,21 +68,25 @@ function describeNonRegular(st: fs.Stats): string {
   return 'not a plain file';
 }
 
+function stampOf(st: fs.BigIntStats): FileStamp {
+  return { id: `${st.ino}/${st.size}/${st.mtimeNs}/${st.ctimeNs}` };
+}
+
 // Only load() reads, once at start-up before the bus name is taken: synchronous calls skip the
 // thread-pool round trips per file, which are most of the time with 10,000 small records.
-function readRegularFileNow(path: string, maxBytes: number): string {
+function readRegularFileNow(path: string, maxBytes: number): { text: string; stamp: FileStamp } {
   // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
   const fd = fs.openSync(path, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW | fs.constants.O_NONBLOCK);
   try {
-    const st = fs.fstatSync(fd);
+    const st = fs.fstatSync(fd, { bigint: true });
     if (!st.isFile()) throw new UnsafeFileError(`not a regular file (${describeNonRegular(st)})`);
     if (st.size > maxBytes) throw new UnsafeFileError(`larger than ${maxBytes} bytes (${st.size})`);
     // One byte more than allowed tells a file that grew since fstat from one that did not.
-    const buf = Buffer.allocUnsafe(Math.min(st.size, maxBytes) + 1);
+    const buf = Buffer.allocUnsafe(Number(st.size) + 1);
     let length = 0;
     for (let n; length < buf.length && (n = fs.readSync(fd, buf, length, buf.length - length, length)) > 0; ) length += n;
     if (length > maxBytes) throw new UnsafeFileError(`larger than ${maxBytes} bytes`);
-    return buf.toString('utf8', 0, length);
+    return { text: buf.toString('utf8', 0, length), stamp: stampOf(st) };
   } finally {
     fs.closeSync(fd);
   }
@@ -79,7 +97,14 @@ export const nodeStoreFs: StoreFs = {
     await fs.promises.mkdir(path, { recursive: true, mode });
   },
   readdir: (path) => fs.promises.readdir(path),
-  readRegularFile: async (path, maxBytes) => readRegularFileNow(path, maxBytes),
+  readRegularFile: async (path, maxBytes) => readRegularFileNow(path, maxBytes).text,
+  readStampedFile: async (path, maxBytes) => readRegularFileNow(path, maxBytes),
+  // Synchronous: load() stamps every record file (as readRegularFileNow reads them), and a write
+  // stamps its file right after the rename, before another operation's completion can come between.
+  async stamp(path) {
+    const st = fs.lstatSync(path, { bigint: true, throwIfNoEntry: false });
+    return st?.isFile() ? stampOf(st) : undefined;
+  },
   async entryKind(path) {
     try {
       return kindOf(await fs.promises.lstat(path));
