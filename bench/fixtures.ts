@@ -48,6 +48,12 @@ export function requireDomainEvents(agent: AgentProcess): void {
   if (warning) throw new Error(`the bench agent polls libvirt instead of following domain events: ${warning.trim()}`);
 }
 
+/** How many records the agent's start took from the record snapshot (its info line; 0 when none). */
+export function recordsFromSnapshot(agent: AgentProcess): number {
+  const m = /loaded \d+ machine records from .* \((\d+) unchanged since the last clean stop/.exec(agent.output());
+  return m ? Number(m[1]) : 0;
+}
+
 /** The V8 options the packages run vmkeeperd with (packaging/node-flags). */
 export function packagedNodeFlags(): string[] {
   return readFileSync(path.join(PROJECT_ROOT, 'packaging/node-flags'), 'utf8').replace(/#.*/g, '').split(/\s+/).filter(Boolean);

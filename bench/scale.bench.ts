@@ -14,7 +14,7 @@ import { spawnAgent, type AgentProcess } from '../test/support/agent-process.js'
 import { startSessionBus } from '../test/support/dbus-daemon.js';
 import { percentile } from './common.js';
 import { busctlTimes, getId, mgr, objectManager, readsUnderWrites, timeCalls } from './dbus-latency.bench.js';
-import { BENCH_DOMAINS, benchAgentForm, benchFromSource, buildAgentOnce, notifyReceiver, requireDomainEvents, settleAfterDefines, writeMachines } from './fixtures.js';
+import { BENCH_DOMAINS, benchAgentForm, benchFromSource, buildAgentOnce, notifyReceiver, recordsFromSnapshot, requireDomainEvents, settleAfterDefines, writeMachines } from './fixtures.js';
 import { cpuSeconds, rssKiB } from './load-run.js';
 
 const IDLE_SEC = Number(process.env.VMKEEPER_SCALE_IDLE_SEC ?? 30);
@@ -82,8 +82,9 @@ export async function scaleBench(count = 10_000): Promise<string[]> {
   const form = benchAgentForm();
   // The agent writes a snapshot into its working directory on SIGUSR2; the bench sends it at the end.
   if (HEAP_DIR) form.nodeArgs = [...form.nodeArgs, '--heapsnapshot-signal=SIGUSR2', `--diagnostic-dir=${HEAP_DIR}`];
-  const spawnOnce = (env: NodeJS.ProcessEnv = {}) =>
-    spawnAgent({ busAddress: bus.address, stateDir, imageDir, libvirtUri: uri, configFile, extraArgs: ['--log-level', 'warn'], built: form.built, env: { ...form.env, ...env }, nodeArgs: form.nodeArgs });
+  // The measured restart logs at info: its "loaded ... machine records" line says how many came from the snapshot.
+  const spawnOnce = (env: NodeJS.ProcessEnv = {}, level = 'warn') =>
+    spawnAgent({ busAddress: bus.address, stateDir, imageDir, libvirtUri: uri, configFile, extraArgs: ['--log-level', level], built: form.built, env: { ...form.env, ...env }, nodeArgs: form.nodeArgs });
   const rows: Row[] = [];
   const loadAtStart = loadAvg();
   let agent: AgentProcess | undefined;
@@ -96,9 +97,10 @@ export async function scaleBench(count = 10_000): Promise<string[]> {
     const receiver = notifyReceiver(sock);
     await receiver.listening;
     const t0 = Date.now();
-    agent = spawnOnce({ NOTIFY_SOCKET: sock });
+    agent = spawnOnce({ NOTIFY_SOCKET: sock }, 'info');
     rows.push({ what: 'first GetMachine after restart', value: await firstAnswer(bus.address, t0), unit: 'ms', goal: 2000 });
     rows.push({ what: 'restart to READY=1', value: (await receiver.ready) - t0, unit: 'ms' });
+    rows.push({ what: 'records taken from the snapshot at the restart', value: recordsFromSnapshot(agent), unit: '' });
     receiver.stop();
 
     const client = await connectBus(bus.address);

@@ -174,7 +174,8 @@ export class Agent {
     // The store logs each quarantined file itself, once, with its reason.
     await this.journal.open();
     const loaded = await this.parts.store.load();
-    this.logger.info(`loaded ${loaded.records} machine records from ${recordsDir(this.parts.config.stateDir)}`);
+    const unchanged = loaded.fromSnapshot ? ` (${loaded.fromSnapshot} unchanged since the last clean stop, taken from its snapshot)` : '';
+    this.logger.info(`loaded ${loaded.records} machine records from ${recordsDir(this.parts.config.stateDir)}${unchanged}`);
     await this.shutdownRecords.load();
   }
 

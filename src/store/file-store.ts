@@ -188,7 +188,6 @@ export class FileMachineStore implements MachineStore {
         from, to: RECORD_API_VERSION, records: count,
       });
     }
-    if (cached) this.logger.debug('machine records loaded', { files: files.length, fromSnapshot, snapshot: this.snapshot!.file });
     if (this.journal) await this.replayJournal(this.journal, records, noteMigrated);
     for (const r of records.values()) freezeRecord(r);
     this.records = records;
@@ -200,7 +199,7 @@ export class FileMachineStore implements MachineStore {
         throw storageFailure(`cannot checkpoint the journal ${this.journal.path}`, err);
       }
     }
-    return { records: records.size, quarantined };
+    return { records: records.size, quarantined, ...(this.snapshot ? { fromSnapshot } : {}) };
   }
 
   /**

@@ -9,6 +9,8 @@ export interface QuarantinedFile {
 export interface LoadResult {
   records: number;
   quarantined: QuarantinedFile[];
+  /** Of the records, how many came from a snapshot (their files unchanged since it was written). */
+  fromSnapshot?: number;
 }
 
 /**
