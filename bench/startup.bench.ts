@@ -10,7 +10,7 @@ import path from 'node:path';
 import { busctlCall } from '../test/support/busctl.js';
 import { spawnAgent } from '../test/support/agent-process.js';
 import { startSessionBus } from '../test/support/dbus-daemon.js';
-import { BENCH_DOMAINS, benchAgentForm, buildAgentOnce, notifyReceiver, writeMachines } from './fixtures.js';
+import { BENCH_DOMAINS, benchAgentForm, buildAgentOnce, notifyReceiver, recordsFromSnapshot, writeMachines } from './fixtures.js';
 import { percentile } from './common.js';
 
 export async function startupBench(count: number, runs = 3): Promise<string[]> {
@@ -23,8 +23,9 @@ export async function startupBench(count: number, runs = 3): Promise<string[]> {
   await writeFile(configFile, 'log:\n  level: warn\n');
   await buildAgentOnce();
   const form = benchAgentForm();
-  const spawnOnce = (env: NodeJS.ProcessEnv = {}) =>
-    spawnAgent({ busAddress: bus.address, stateDir, imageDir, libvirtUri: uri, configFile, extraArgs: ['--log-level', 'warn'], built: form.built, env: { ...form.env, ...env }, nodeArgs: form.nodeArgs });
+  // The restarts log at info: their "loaded ... machine records" line says how many came from the snapshot.
+  const spawnOnce = (env: NodeJS.ProcessEnv = {}, level = 'warn') =>
+    spawnAgent({ busAddress: bus.address, stateDir, imageDir, libvirtUri: uri, configFile, extraArgs: ['--log-level', level], built: form.built, env: { ...form.env, ...env }, nodeArgs: form.nodeArgs });
   const lines: string[] = [];
   const ready: number[] = [];
   const answered: number[] = [];
@@ -37,7 +38,7 @@ export async function startupBench(count: number, runs = 3): Promise<string[]> {
       const receiver = notifyReceiver(sock);
       await receiver.listening;
       const t0 = Date.now();
-      const agent = spawnOnce({ NOTIFY_SOCKET: sock });
+      const agent = spawnOnce({ NOTIFY_SOCKET: sock }, 'info');
       let answeredAt = 0;
       for (;;) {
         const ok = await busctlCall(bus.address, '/org/vmkeeper1', 'org.vmkeeper1.Manager', 'GetMachine', 's', ['vm-00000']).then(() => true, () => false);
@@ -51,7 +52,7 @@ export async function startupBench(count: number, runs = 3): Promise<string[]> {
       const readyAt = await Promise.race([receiver.ready, agent.exited.then(() => { throw new Error(`agent exited:\n${agent.output()}`); })]);
       answered.push(answeredAt - t0);
       ready.push(readyAt - t0);
-      lines.push(`restart ${run + 1} with ${count} records: GetMachine answered after ${answeredAt - t0} ms, READY=1 after ${Math.round(readyAt - t0)} ms`);
+      lines.push(`restart ${run + 1} with ${count} records: GetMachine answered after ${answeredAt - t0} ms, READY=1 after ${Math.round(readyAt - t0)} ms, ${recordsFromSnapshot(agent)} records from the snapshot`);
       await agent.stop();
       receiver.stop();
     }
