@@ -3,6 +3,7 @@ import { VERSION } from './version.js';
 import { specLimitsFrom } from './config/config.js';
 import type { Clock } from './lifecycle/clock.js';
 import { KeyedLock } from './lifecycle/keyed-lock.js';
+import { withTimeout } from './lifecycle/with-timeout.js';
 import { TypedEmitter } from './lifecycle/emitter.js';
 import type { Logger } from './logging/logger.js';
 import { describeError } from './machine/errors.js';
@@ -45,6 +46,9 @@ export interface AgentParts {
   /** Saves in flight at once during a stop run: below the hypervisor's call slots (default 1). */
   maxConcurrentSaves?: number;
 }
+
+/** The store's own settling (3 s) and its last file writes, with room to spare. */
+const CLOSE_STORE_TIMEOUT_MS = 10_000;
 
 /** The agent's core, wired: everything except the process (signals, bus, sd_notify) around it. */
 export class Agent {
@@ -185,7 +189,11 @@ export class Agent {
    * is written.
    */
   async closeStore(): Promise<void> {
-    await this.parts.store.close?.();
+    const store = this.parts.store;
+    if (!store.close) return;
+    // A hung state file system must not hold the stop: the journal already holds every change.
+    await withTimeout(this.parts.clock, CLOSE_STORE_TIMEOUT_MS, () => store.close!(),
+      () => new Error(`closing the record store took over ${CLOSE_STORE_TIMEOUT_MS / 1000} s (is the state file system hung?); the record journal holds every change`));
   }
 
   /** Starts the loops and the first poll; the reconcile that poll triggers goes on in the background. */

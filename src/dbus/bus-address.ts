@@ -47,17 +47,23 @@ export async function connectBus(address: BusAddress, timeoutMs = 10_000): Promi
   return bus;
 }
 
+/** A connection that ended or closed before its Hello was answered (the bus went away). */
+export class BusConnectionLost extends Error {}
+
 /**
  * Waits until the Hello exchange of a bus just opened is done. A connection that fails (no socket,
- * refused) rejects at once and is closed: dbus-next itself would hold every call made on it
- * unanswered forever, so a caller bounded by a timeout would wait all of it.
+ * refused) or ends first rejects at once and is closed: dbus-next itself would hold every call
+ * made on it unanswered forever, so a caller bounded by a timeout would wait all of it.
  */
 export function whenConnected(bus: MessageBus, timeoutMs: number, what: string): Promise<void> {
   return new Promise<void>((resolve, reject) => {
+    let settled = false;
     const timer = setTimeout(() => done(new Error(`timed out connecting to ${what}`)), timeoutMs);
     const onConnect = () => done();
     const onError = (err: unknown) => done(new Error(`cannot connect to ${what}: ${oneLine(err)}`));
     function done(err?: Error) {
+      if (settled) return;
+      settled = true;
       clearTimeout(timer);
       bus.off('connect', onConnect);
       bus.off('error', onError);
@@ -73,6 +79,7 @@ export function whenConnected(bus: MessageBus, timeoutMs: number, what: string):
     }
     bus.on('connect', onConnect);
     bus.on('error', onError);
+    onBusLost(bus, (reason) => done(new BusConnectionLost(`cannot connect to ${what}: ${reason} before the Hello was answered`)));
   });
 }
 

@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process';
 import { closeSync } from 'node:fs';
 import { Message, MessageType, sessionBus, systemBus, type MessageBus } from 'dbus-next';
-import { onBusLost, whenConnected } from '../dbus/bus-address.js';
+import { BusConnectionLost, onBusLost, whenConnected } from '../dbus/bus-address.js';
 import { systemClock, type Clock } from '../lifecycle/clock.js';
 import { withTimeout } from '../lifecycle/with-timeout.js';
 import type { Logger } from '../logging/logger.js';
@@ -181,15 +181,19 @@ export class SystemBusHostPlatform implements HostPlatform {
       return bus;
     });
     this.bus = connected;
-    connected.catch(() => {
-      if (this.bus === connected) this.bus = undefined;
+    connected.catch((err: unknown) => {
+      if (this.bus !== connected) return;
+      this.bus = undefined;
+      // A bus that went away while we connected is lost like one that goes away later: the
+      // handler subscribes again once it is back. One that is not there at all is not retried.
+      if (err instanceof BusConnectionLost && !this.closed) this.lostListener?.(err.message);
     });
     return connected;
   }
 
   private async call(msg: Message): Promise<Message> {
-    const bus = await this.connect();
-    const reply = await withTimeout(this.clock, this.timeoutMs, () => bus.call(msg),
+    // The connection is made within the call's own bound.
+    const reply = await withTimeout(this.clock, this.timeoutMs, async () => (await this.connect()).call(msg),
       () => new Error(`${msg.member} got no answer within ${this.timeoutMs} ms`));
     if (!reply) throw new Error(`${msg.member}: no reply`);
     return reply;

@@ -119,6 +119,8 @@ export class FileMachineStore implements MachineStore {
   private readonly snapshot: RecordSnapshot | undefined;
   /** close() has begun: files are written by it, no longer by the lag timer. */
   private closing = false;
+  /** close() has settled: writes are refused. */
+  private closed = false;
   /** Called once no write is queued or under way. */
   private idleWaiters: Array<() => void> = [];
 
@@ -208,15 +210,19 @@ export class FileMachineStore implements MachineStore {
    */
   async close(settleMs = CLOSE_SETTLE_MS): Promise<void> {
     this.closing = true;
-    // Writes of operations that were under way when the agent stopped still land here.
-    await this.settled(settleMs);
+    // Writes of operations that were under way when the agent stopped still land here (one
+    // operation may write twice, idle for a moment in between): until the store stays idle.
+    const deadline = this.clock.now() + settleMs;
+    while (this.busy && this.clock.now() < deadline) await this.settled(deadline - this.clock.now());
+    // From here on a write is refused, not lost to a closed journal.
+    this.closed = true;
     this.fileTimer?.cancel();
     this.fileTimer = undefined;
-    // A batch still running holds the slot (and may be stuck on a dead disk): it is not waited for.
-    if (!this.preparing && this.unwritten.size > 0) await this.writeUnwrittenFiles();
-    // Only of a settled store: a batch still running may be renaming files under it.
-    if (this.snapshot && !this.preparing && !this.applying) {
-      await this.snapshot.write(this.records, (name) => this.fileOf(name)).catch((err: unknown) =>
+    // A batch still running (a dead disk may hold it) keeps the slot: nothing is written under it.
+    if (!this.busy) {
+      this.preparing = new Map();
+      if (this.unwritten.size > 0) await this.writeUnwrittenFiles();
+      await this.snapshot?.write(this.records, (name) => this.fileOf(name)).catch((err: unknown) =>
         this.logger.warn('cannot write the record snapshot; the next start reads every record file', { file: this.snapshot!.file, error: describeError(err) }));
     }
     await this.journal?.close();
@@ -224,14 +230,16 @@ export class FileMachineStore implements MachineStore {
 
   /** Resolves once no write is queued or under way, or after waitMs. */
   private settled(waitMs: number): Promise<void> {
-    if (!this.busy) return Promise.resolve();
     return new Promise<void>((resolve) => {
-      const timer = this.clock.setTimer(waitMs, () => done());
+      let timer: TimerHandle | undefined;
       const done = () => {
-        timer.cancel();
+        timer?.cancel();
+        const at = this.idleWaiters.indexOf(done);
+        if (at >= 0) this.idleWaiters.splice(at, 1);
         resolve();
       };
       this.idleWaiters.push(done);
+      timer = this.clock.setTimer(waitMs, done);
     });
   }
 
@@ -279,6 +287,7 @@ export class FileMachineStore implements MachineStore {
   }
 
   private enqueue(name: string, record: MachineRecord | undefined, attachment?: Attachment): Promise<void> {
+    if (this.closed) return Promise.reject(new AgentError('StorageFailure', `cannot ${record ? 'write' : 'remove'} the record of ${name}: the record store is closed (vmkeeperd is stopping)`));
     return new Promise<void>((resolve, reject) => {
       let entry = this.queue.get(name);
       if (!entry) this.queue.set(name, (entry = { name, record, waiters: [], attachments: [] }));

@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import path from 'node:path';
 import { crc32 } from 'node:zlib';
 import type { Logger } from '../logging/logger.js';
 import type { MachineRecord } from '../machine/record.js';
@@ -50,6 +51,7 @@ export class RecordSnapshot {
 
   /** The usable entries, or undefined (logged why, unless none was written). Never throws. */
   async read(logger: Logger): Promise<SnapshotEntries | undefined> {
+    await this.removeLeftovers();
     const read = await this.readEntries();
     if (typeof read !== 'string') return read;
     if (read !== 'none written') logger.info('record snapshot not used; reading every record file', { file: this.file, why: read });
@@ -110,6 +112,14 @@ export class RecordSnapshot {
       await this.fs.unlink(temp).catch(() => undefined);
       throw err;
     }
+  }
+
+  /** Temp files of a write cut short (a crash while stopping). */
+  private async removeLeftovers(): Promise<void> {
+    const dir = path.dirname(this.file);
+    const prefix = `${path.basename(this.file)}.tmp-`;
+    const names = await this.fs.readdir(dir).catch(() => [] as string[]);
+    for (const name of names) if (name.startsWith(prefix)) await this.fs.unlink(path.join(dir, name)).catch(() => undefined);
   }
 
   /** The entries by name, or why the snapshot cannot be used (missing, torn, another format or key). */

@@ -1,4 +1,7 @@
 import { Message, MessageType, sessionBus, Variant, type MessageBus } from 'dbus-next';
+import { mkdtemp, rm, symlink } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SystemBusHostPlatform } from '../../../src/hostshutdown/host-platform.js';
 import { silentLogger } from '../../../src/logging/logger.js';
@@ -60,13 +63,20 @@ describe('no system bus', () => {
   // A container or a host without dbus-daemon: the start-up asks logind four things before READY,
   // and each must fail when the connection does, not after its call timeout (here far beyond the
   // test's own). dbus-next alone leaves a call on a failed connection unanswered forever.
-  it('calls fail as soon as the connection does, and the next call tries again', async () => {
-    const platform = new SystemBusHostPlatform({ logger: silentLogger, busAddress: 'unix:path=/nonexistent/vmkeeper-test/system_bus_socket', callTimeoutMs: 600_000 });
+  it('calls fail as soon as the connection does, and the next call connects again', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'vmk-no-system-bus-'));
+    const socket = path.join(dir, 'system_bus_socket');
+    const platform = new SystemBusHostPlatform({ logger: silentLogger, busAddress: `unix:path=${socket}`, callTimeoutMs: 600_000 });
     try {
       await expect(platform.systemState()).rejects.toThrow(/cannot connect to the system bus: .*ENOENT/);
       await expect(platform.inhibitDelayMaxUSec()).rejects.toThrow(/cannot connect to the system bus/);
+      // The bus appears (here: the stand-in's socket behind that path): the next call reaches it.
+      await symlink(/path=([^,;]+)/.exec(bus.address)![1]!, socket);
+      served = 7_000_000n;
+      expect(await platform.inhibitDelayMaxUSec()).toBe(7_000_000);
     } finally {
       platform.close();
+      await rm(dir, { recursive: true, force: true });
     }
   });
 });

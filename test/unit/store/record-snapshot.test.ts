@@ -2,6 +2,7 @@ import { readFile, rename, stat, truncate, unlink, utimes, writeFile } from 'nod
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { nodeStoreFs, type StoreFs } from '../../../src/store/store-fs.js';
+import { waitFor } from '../../support/wait.js';
 import type { FileMachineStoreOptions } from '../../../src/store/file-store.js';
 import { makeRecord, makeV1Record, newTestStore, useTempStateDir } from '../../support/records.js';
 
@@ -41,6 +42,20 @@ async function seed(names: string[], journal = true): Promise<void> {
 
 const fileOf = (name: string) => path.join(paths.dir, `${name}.json`);
 
+/**
+ * Waits until the file system's clock has moved past the file's change time, so an edit gets a
+ * change time of its own: kernels before 6.13 keep it at the resolution of a timer tick, and an
+ * edit within the tick of the store's own write (keeping size and times) would look unchanged.
+ */
+async function afterFileSystemTick(file: string): Promise<void> {
+  const { ctimeNs } = await stat(file, { bigint: true });
+  const probe = path.join(paths.root, 'clock-probe');
+  await waitFor(async () => {
+    await writeFile(probe, '');
+    return (await stat(probe, { bigint: true })).ctimeNs > ctimeNs;
+  }, { timeoutMs: 5_000, intervalMs: 1, what: 'the file system clock to pass the record file\'s change time' });
+}
+
 describe('record snapshot', () => {
   it('a load after a clean close reads no record file, and gives the same frozen records', async () => {
     await seed(['a', 'b', 'c']);
@@ -65,6 +80,7 @@ describe('record snapshot', () => {
   it('a file edited in place after the stop is read, even at the same size and with its old times', async () => {
     await seed(['a', 'b']);
     const file = fileOf('a');
+    await afterFileSystemTick(file);
     const { mtime, atime, size } = await stat(file);
     const text = await readFile(file, 'utf8');
     const edited = text.replace('"owner": "test"', '"owner": "edit"');
@@ -82,6 +98,9 @@ describe('record snapshot', () => {
 
   it('a removed file is a removed record, and an added or restored one is read', async () => {
     await seed(['a', 'b']);
+    // And the temp file of a snapshot write cut short goes.
+    const leftover = path.join(paths.root, 'records.snapshot.tmp-0a1b2c3d4e5f');
+    await writeFile(leftover, 'half');
     await unlink(fileOf('a'));
     await writeFile(fileOf('c'), JSON.stringify(makeRecord('c')));
     const { options, filesRead } = snapshotted();
@@ -89,6 +108,7 @@ describe('record snapshot', () => {
     await store.load();
     expect(store.list().map((r) => r.name)).toEqual(['b', 'c']);
     expect(filesRead()).toBe(1);
+    await expect(stat(leftover)).rejects.toThrow(/ENOENT/);
   });
 
   it('a file another process changes while the store runs is read at the next load, also one the store wrote', async () => {
@@ -97,6 +117,7 @@ describe('record snapshot', () => {
     const { store } = newTestStore(paths.dir, snapshotted(KEY, false).options);
     await store.load();
     await store.put({ ...store.get('a')!, annotations: { owner: 'agent' } });
+    await afterFileSystemTick(fileOf('a'));
     // A restore over both files while the store runs (rename of a copy, then an in-place write).
     const restored = path.join(paths.root, 'restored.json');
     await writeFile(restored, JSON.stringify(makeRecord('a', { annotations: { owner: 'restored' } })));
@@ -166,5 +187,25 @@ describe('record snapshot', () => {
     await next.load();
     expect(next.get('late')).toBeDefined();
     expect(filesRead()).toBe(0);
+  });
+
+  it('close gives up on a write stuck on the disk: it writes no snapshot under it, and refuses later writes', async () => {
+    await seed(['a']);
+    let stall = false;
+    let release!: () => void;
+    const stuck = new Promise<void>((resolve) => (release = resolve));
+    const { options } = snapshotted();
+    options.fs = { ...options.fs, fdatasync: async (fd) => (stall && (await stuck), nodeStoreFs.fdatasync(fd)) };
+    const { store } = newTestStore(paths.dir, options);
+    await store.load();
+    const snapshotFile = path.join(paths.root, 'records.snapshot');
+    const before = (await stat(snapshotFile, { bigint: true })).mtimeNs;
+    stall = true;
+    const pending = store.put(makeRecord('late'));
+    await store.close(50);
+    expect((await stat(snapshotFile, { bigint: true })).mtimeNs).toBe(before);
+    await expect(store.put(makeRecord('after'))).rejects.toThrow(/record store is closed/);
+    release();
+    await pending.catch(() => undefined);
   });
 });
