@@ -40,6 +40,14 @@ async function seed(names: string[], journal = true): Promise<void> {
   await settle.close();
 }
 
+/** A fresh store on the same state, loaded: the records, its log and how many files it read whole. */
+async function loadAgain(key = KEY, journal = true) {
+  const { options, filesRead } = snapshotted(key, journal);
+  const { store, logger } = newTestStore(paths.dir, options);
+  const loaded = await store.load();
+  return { store, logger, loaded, filesRead };
+}
+
 const fileOf = (name: string) => path.join(paths.dir, `${name}.json`);
 
 /**
@@ -88,9 +96,7 @@ describe('record snapshot', () => {
     await writeFile(file, edited); // same inode, same size
     await utimes(file, atime, mtime); // as cp -p or touch -r would leave it
     expect((await stat(file)).size).toBe(size);
-    const { options, filesRead } = snapshotted();
-    const { store } = newTestStore(paths.dir, options);
-    await store.load();
+    const { store, filesRead } = await loadAgain();
     expect(filesRead()).toBe(1);
     expect(store.get('a')!.annotations).toEqual({ owner: 'edit' });
     expect(store.get('b')!.annotations).toEqual({ owner: 'test' });
@@ -103,9 +109,7 @@ describe('record snapshot', () => {
     await writeFile(leftover, 'half');
     await unlink(fileOf('a'));
     await writeFile(fileOf('c'), JSON.stringify(makeRecord('c')));
-    const { options, filesRead } = snapshotted();
-    const { store } = newTestStore(paths.dir, options);
-    await store.load();
+    const { store, filesRead } = await loadAgain();
     expect(store.list().map((r) => r.name)).toEqual(['b', 'c']);
     expect(filesRead()).toBe(1);
     await expect(stat(leftover)).rejects.toThrow(/ENOENT/);
@@ -124,9 +128,7 @@ describe('record snapshot', () => {
     await rename(restored, fileOf('a'));
     await writeFile(fileOf('b'), JSON.stringify(makeRecord('b', { annotations: { owner: 'restored' } })));
     await store.close();
-    const { options, filesRead } = snapshotted(KEY, false);
-    const next = newTestStore(paths.dir, options).store;
-    await next.load();
+    const { store: next, filesRead } = await loadAgain(KEY, false);
     expect(filesRead()).toBe(2);
     expect(next.get('a')!.annotations).toEqual({ owner: 'restored' });
     expect(next.get('b')!.annotations).toEqual({ owner: 'restored' });
