@@ -47,6 +47,13 @@ interface Waiter {
   resolve: () => void;
 }
 
+/**
+ * Carried events are durable already: their segment write waits this long for more to join it,
+ * so a burst of record writes costs a segment write per interval, not one per record batch. An
+ * event that needs its own sync ends the wait at once.
+ */
+export const CARRIED_WRITE_DELAY_MS = 50;
+
 export const eventsExpired = (why: string) => new AgentError('EventsExpired', `${why}; list again from cursor 0`);
 
 export class EventJournal implements AttachmentOwner {
@@ -75,6 +82,10 @@ export class EventJournal implements AttachmentOwner {
   /** Segment writes run one after another on this chain. */
   private chain: Promise<unknown> = Promise.resolve();
   private writeScheduled = false;
+  /** Ends the wait of a scheduled write of carried events only (see CARRIED_WRITE_DELAY_MS). */
+  private hurry: (() => void) | undefined;
+  /** The next scheduled write must not wait: an event needs its sync, or secure() or close() wait on it. */
+  private urgent = false;
   private closed = false;
   private waiters: Waiter[] = [];
   /** Resolved when no event is held any more (close() waits for calls in flight). */
@@ -183,6 +194,7 @@ export class EventJournal implements AttachmentOwner {
 
   /** For the record store, before it empties its journal: every carried event reaches a synced segment. */
   secure(): Promise<void> {
+    this.writeNow();
     const done = this.chain.then(async () => {
       await this.writeAvailable();
       const firstHeld = this.firstHeld();
@@ -239,6 +251,7 @@ export class EventJournal implements AttachmentOwner {
       timer?.cancel();
     }
     this.closed = true;
+    this.writeNow();
     const done = this.chain.then(async () => {
       await this.writeAvailable();
       await this.syncWritten().catch((err: unknown) => this.o.logger.error('event journal: final sync failed', { error: describeError(err) }));
@@ -256,6 +269,7 @@ export class EventJournal implements AttachmentOwner {
 
   /** Into the write queue, in sequence order (reservations settle nearly in order). */
   private queueWrite(event: AgentEvent): void {
+    if (!this.carried.has(event.sequence)) this.writeNow();
     const at = this.unwritten.length;
     this.unwritten.push(event);
     for (let i = at; i > 0 && this.unwritten[i - 1]!.sequence > event.sequence; i--) {
@@ -328,10 +342,29 @@ export class EventJournal implements AttachmentOwner {
     if (this.writeScheduled || this.closed) return;
     this.writeScheduled = true;
     this.chain = this.chain.then(async () => {
-      // One turn of the event loop lets the events of concurrent calls join the batch.
+      // One turn of the event loop lets the events of concurrent calls join the batch; carried
+      // events, durable already, wait longer for company.
       await new Promise<void>((resolve) => setImmediate(resolve));
+      if (!this.urgent && this.unwritten.length > 0 && this.unwritten.every((e) => this.carried.has(e.sequence))) await this.carriedWait();
+      this.urgent = false;
       this.writeScheduled = false;
       await this.writeAvailable().catch(() => undefined);
+    });
+  }
+
+  private writeNow(): void {
+    this.urgent = true;
+    this.hurry?.();
+  }
+
+  private carriedWait(): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const timer = this.o.clock.setTimer(CARRIED_WRITE_DELAY_MS, () => this.hurry?.());
+      this.hurry = () => {
+        this.hurry = undefined;
+        timer.cancel();
+        resolve();
+      };
     });
   }
 

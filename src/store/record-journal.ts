@@ -3,8 +3,8 @@ import { describeError } from '../machine/errors.js';
 import type { MachineRecord } from '../machine/record.js';
 import type { StoreFs } from './store-fs.js';
 
-// Write-ahead journal of record changes: one frame per batch, appended and made durable with one
-// fdatasync, so concurrent writes share a single sync. Frame: magic, payload length, CRC-32 of the
+// Write-ahead journal of record changes: one frame per batch, appended and made durable by one
+// synced write, so concurrent writes share a single sync. Frame: magic, payload length, CRC-32 of the
 // payload (12 bytes, big-endian), then the payload (JSON). A torn or damaged tail fails its
 // length or checksum and is dropped, with everything after it.
 
@@ -103,7 +103,7 @@ export class RecordJournal {
       bytes = Buffer.alloc(0);
     }
     const { batches, validBytes } = decodeJournal(bytes);
-    this.fd = await this.fs.open(this.file, 'a', 0o600);
+    this.fd = await this.fs.openSyncedAppend(this.file, 0o600);
     this.length = validBytes;
     const tornBytes = bytes.length - validBytes;
     // Appends after a torn tail would be unreachable on the next load.
@@ -129,8 +129,7 @@ export class RecordJournal {
     // Settles to its error, or undefined: it must not reject unobserved while the write runs.
     const checked = precondition?.(frame.length).then(() => undefined, (err: unknown) => err ?? new Error('the precondition failed'));
     try {
-      await this.fs.write(fd, frame);
-      await this.fs.fdatasync(fd);
+      await this.fs.appendSynced(fd, frame);
       const failed = await checked;
       if (failed !== undefined) throw failed;
     } catch (err) {

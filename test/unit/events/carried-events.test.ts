@@ -2,11 +2,12 @@ import { promises as fs } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { EventJournal } from '../../../src/events/event-journal.js';
+import { CARRIED_WRITE_DELAY_MS, EventJournal } from '../../../src/events/event-journal.js';
 import { SegmentFiles } from '../../../src/events/segment-files.js';
 import type { AgentEvent } from '../../../src/events/recorded-event.js';
 import { silentLogger } from '../../../src/logging/logger.js';
 import { FakeClock } from '../../support/fakes/fake-clock.js';
+import { waitFor } from '../../support/wait.js';
 
 // Events a record write reserves: invisible until settled, carried ones durable with no sync of
 // their own (the record journal's frame holds them), given back by recover() after a crash.
@@ -16,6 +17,8 @@ const DAY = 24 * 3600 * 1000;
 /** Segment files that log each disk step; `failAppends` makes that many appends fail first. */
 class SpySegments extends SegmentFiles {
   readonly steps: string[] = [];
+  /** Appends that have finished (steps logs each as it begins). */
+  appended = 0;
   failAppends = 0;
   failSyncs = 0;
   override async append(frames: Buffer, sync = true): Promise<void> {
@@ -26,6 +29,7 @@ class SpySegments extends SegmentFiles {
     }
     this.steps.push(sync ? 'append+sync' : 'append');
     await super.append(frames, sync);
+    this.appended++;
   }
   override async sync(): Promise<void> {
     if (this.failSyncs > 0) {
@@ -100,6 +104,32 @@ describe('event journal: events reserved by record writes', () => {
     expect(files.steps).toEqual(['append', 'sync']);
     const { j: again } = await reopen(j);
     expect(again.since(0, undefined, 10).events.map((e) => e.message)).toEqual(['carried']);
+  });
+
+  it('carried events wait for company: several record batches share one segment write, and an event that needs its sync ends the wait', async () => {
+    const { j, files } = await journal();
+    const carry = (message: string) => {
+      const event = j.reserve(fields(message));
+      j.carry(event);
+      j.release(event);
+    };
+    expect(clock.pendingTimers).toBe(0);
+    carry('first');
+    await waitFor(() => clock.pendingTimers > 0);
+    await clock.advance(CARRIED_WRITE_DELAY_MS - 1);
+    carry('second');
+    expect(files.steps).toEqual([]);
+    await clock.advance(1);
+    await waitFor(() => files.appended > 0);
+    expect(files.steps).toEqual(['append']);
+
+    carry('third');
+    await waitFor(() => clock.pendingTimers > 0);
+    // No time passes: the agent's own event, with no record frame to carry it, is written at once.
+    await j.durable(j.append(fields('own')));
+    expect(files.steps).toEqual(['append', 'append+sync']);
+    const { j: again } = await reopen(j);
+    expect(again.since(0, undefined, 10).events.map((e) => e.message)).toEqual(['first', 'second', 'third', 'own']);
   });
 
   it('an event of the agent\'s own waits for the sync of its batch, carried ones written with it too', async () => {

@@ -40,7 +40,10 @@ async function openAgentParts(segments: SegmentFiles, countRecordSyncs?: () => v
   const journal = new EventJournal({ clock, logger: silentLogger, retention: { maxCount: 1000, maxAgeMs: 7 * 24 * 3600 * 1000 }, files: segments });
   const { store } = newTestStore(paths.dir, {
     journalFile: path.join(paths.root, 'journal', 'records.log'),
-    fs: { fdatasync: async (fd) => { countRecordSyncs?.(); return nodeStoreFs.fdatasync(fd); } },
+    fs: {
+      appendSynced: async (fd, data) => { countRecordSyncs?.(); return nodeStoreFs.appendSynced(fd, data); },
+      fdatasync: async (fd) => { countRecordSyncs?.(); return nodeStoreFs.fdatasync(fd); },
+    },
   });
   store.carryAttachmentsOf(journal);
   const emitter = new TypedEmitter<MachineApiEvents>();

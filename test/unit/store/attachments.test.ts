@@ -45,7 +45,10 @@ function journaled(owner: AttachmentOwner | undefined, fs: Partial<StoreFs> = {}
 describe('FileMachineStore: attachments carried in the journal frame', () => {
   it('carries the entry in the write\'s frame, calls carried() before the write resolves, and adds no sync', async () => {
     let syncs = 0;
-    const { store } = journaled(spyOwner(), { fdatasync: async (fd) => { syncs++; return nodeStoreFs.fdatasync(fd); } });
+    const { store } = journaled(spyOwner(), {
+      appendSynced: async (fd, data) => { syncs++; return nodeStoreFs.appendSynced(fd, data); },
+      fdatasync: async (fd) => { syncs++; return nodeStoreFs.fdatasync(fd); },
+    });
     await store.load();
     const before = syncs;
     const order: string[] = [];
@@ -94,7 +97,14 @@ describe('FileMachineStore: attachments carried in the journal frame', () => {
 
   it('a failed write never calls carried() unless its frame may be on disk (the undo failed too); a store without a journal ignores attachments', async () => {
     let fails = 0;
-    const { store } = journaled(spyOwner(), { fdatasync: async (fd) => { if (fails-- > 0) throw errnoError('EIO', 'fdatasync'); return nodeStoreFs.fdatasync(fd); } });
+    // A failed sync: the append's synced write (its data written, the sync failing), or the cut-back's fdatasync.
+    const { store } = journaled(spyOwner(), {
+      appendSynced: async (fd, data) => {
+        await nodeStoreFs.appendSynced(fd, data);
+        if (fails-- > 0) throw errnoError('EIO', 'write');
+      },
+      fdatasync: async (fd) => { if (fails-- > 0) throw errnoError('EIO', 'fdatasync'); return nodeStoreFs.fdatasync(fd); },
+    });
     await store.load();
     fails = 1;
     let carried = 0;

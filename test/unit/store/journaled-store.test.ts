@@ -1,7 +1,8 @@
 import { readFile, readdir, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { MIN_FREE_BYTES } from '../../../src/store/file-store.js';
+import { FREE_SPACE_REUSE_MS, MIN_FREE_BYTES, type FileMachineStoreOptions } from '../../../src/store/file-store.js';
+import { FakeClock } from '../../support/fakes/fake-clock.js';
 import { decodeJournal, encodeBatch } from '../../../src/store/record-journal.js';
 import { type StoreFs, nodeStoreFs } from '../../../src/store/store-fs.js';
 import { errnoError, makeRecord, newTestStore, useTempStateDir } from '../../support/records.js';
@@ -12,8 +13,8 @@ import { errnoError, makeRecord, newTestStore, useTempStateDir } from '../../sup
 const paths = useTempStateDir();
 const journalOf = () => path.join(paths.root, 'journal', 'records.log');
 
-function journaled(fs: Partial<StoreFs> = {}, checkpointBytes?: number) {
-  return newTestStore(paths.dir, { journalFile: journalOf(), fs, checkpointBytes });
+function journaled(fs: Partial<StoreFs> = {}, checkpointBytes?: number, options: Partial<FileMachineStoreOptions> = {}) {
+  return newTestStore(paths.dir, { journalFile: journalOf(), fs, checkpointBytes, ...options });
 }
 
 async function fileRecord(name: string) {
@@ -25,6 +26,8 @@ describe('FileMachineStore with a journal', () => {
     let syncs = 0;
     let fileFsyncs = 0;
     const { store } = journaled({
+      // Each synced append is one sync of the journal (an O_DSYNC write); a cut is an fdatasync.
+      appendSynced: async (fd, data) => { syncs++; return nodeStoreFs.appendSynced(fd, data); },
       fdatasync: async (fd) => { syncs++; return nodeStoreFs.fdatasync(fd); },
       fsync: async (fd) => { fileFsyncs++; return nodeStoreFs.fsync(fd); },
     });
@@ -90,12 +93,12 @@ describe('FileMachineStore with a journal', () => {
   it('a journal append that fails: StorageFailure, memory, record files and journal unchanged', async () => {
     let fail = false;
     const { store } = journaled({
-      write: async (fd, data) => {
+      appendSynced: async (fd, data) => {
         if (fail) {
-          await nodeStoreFs.write(fd, data.subarray(0, 10));
+          await nodeStoreFs.appendSynced(fd, data.subarray(0, 10));
           throw errnoError('ENOSPC', 'write');
         }
-        return nodeStoreFs.write(fd, data);
+        return nodeStoreFs.appendSynced(fd, data);
       },
     });
     await store.load();
@@ -114,7 +117,8 @@ describe('FileMachineStore with a journal', () => {
 
   it('refuses a write on a nearly full file system, leaves the journal as it was (its frame is cut back), and lets removals through', async () => {
     let free = Number.MAX_SAFE_INTEGER;
-    const { store } = journaled({ freeBytes: async () => free });
+    // A statfs for every batch: the reuse of a reading is the next test's.
+    const { store } = journaled({ freeBytes: async () => free }, undefined, { freeSpaceReuseMs: 0 });
     await store.load();
     const a = await store.put(makeRecord('a'));
     const journalBefore = await readFile(journalOf());
@@ -130,13 +134,39 @@ describe('FileMachineStore with a journal', () => {
     await expect(store.put(makeRecord('b'))).resolves.toMatchObject({ name: 'b' });
   });
 
+  it('reuses a free-space reading for a second while it is far from the limit, and reads again near it', async () => {
+    let free = Number.MAX_SAFE_INTEGER;
+    let statfsCalls = 0;
+    const clock = new FakeClock();
+    const { store } = journaled({ freeBytes: async () => (statfsCalls++, free) }, undefined, { clock });
+    await store.load();
+    await store.put(makeRecord('a'));
+    expect(statfsCalls).toBe(1);
+    // The file system filled within the second: the young reading, far above the limit, lets b through unread.
+    free = MIN_FREE_BYTES - 1;
+    await store.put(makeRecord('b'));
+    expect(statfsCalls).toBe(1);
+    await clock.advance(FREE_SPACE_REUSE_MS);
+    await expect(store.put(makeRecord('c'))).rejects.toMatchObject({ kind: 'StorageFailure', message: expect.stringMatching(/ENOSPC/) });
+    expect(statfsCalls).toBe(2);
+    expect(store.get('c')).toBeUndefined();
+
+    // A reading just above the limit is never reused: the next batch reads again, and is refused.
+    await clock.advance(FREE_SPACE_REUSE_MS);
+    free = MIN_FREE_BYTES + 1024 * 1024;
+    await store.put(makeRecord('d'));
+    free = MIN_FREE_BYTES - 1;
+    await expect(store.put(makeRecord('e'))).rejects.toMatchObject({ kind: 'StorageFailure', message: expect.stringMatching(/ENOSPC/) });
+    expect(statfsCalls).toBe(4);
+  });
+
   it('after a torn frame it could not cut back, cuts it before the next write and refuses writes while it cannot: no acknowledged frame follows a torn one', async () => {
     let tear = false;
     let cutFails = false;
     const { store } = journaled({
-      write: async (fd, data) => {
-        if (!tear) return nodeStoreFs.write(fd, data);
-        await nodeStoreFs.write(fd, data.subarray(0, data.length >> 1));
+      appendSynced: async (fd, data) => {
+        if (!tear) return nodeStoreFs.appendSynced(fd, data);
+        await nodeStoreFs.appendSynced(fd, data.subarray(0, data.length >> 1));
         throw errnoError('EIO', 'write');
       },
       ftruncate: async (fd, n) => {

@@ -197,7 +197,7 @@ describe('record snapshot', () => {
     let release!: () => void;
     const stuck = new Promise<void>((resolve) => (release = resolve));
     const { options } = snapshotted();
-    options.fs = { ...options.fs, fdatasync: async (fd) => (stall && (await stuck), nodeStoreFs.fdatasync(fd)) };
+    options.fs = { ...options.fs, appendSynced: async (fd, data) => (stall && (await stuck), nodeStoreFs.appendSynced(fd, data)) };
     const { store } = newTestStore(paths.dir, options);
     await store.load();
     const snapshotFile = path.join(paths.root, 'records.snapshot');
