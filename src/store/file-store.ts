@@ -509,7 +509,11 @@ export class FileMachineStore implements MachineStore {
     if (attached.length > 0) this.attachmentOwner?.recover(attached);
   }
 
-  /** One batch at a time: one journal append and sync, then the record files, then the answers. */
+  /**
+   * One batch at a time: one synced journal append, then the record files, then the answers. The
+   * writes that arrived during the append start theirs before this batch's callers are answered,
+   * so the answers' work (replies, signals) runs beside the next sync instead of before it.
+   */
   private startJournaledBatch(journal: RecordJournal): void {
     if (this.preparing || this.queue.size === 0) return;
     const batch = this.queue;
@@ -518,6 +522,14 @@ export class FileMachineStore implements MachineStore {
     const entries = [...batch.values()];
     void (async () => {
       const failure = await this.commitJournaled(journal, entries);
+      if (!failure && this.queue.size > 0 && !this.closing && !this.fileUpdateDue() && journal.size <= this.checkpointBytes) {
+        // Nothing else needs the slot now (no file update, no checkpoint, no close): hand it on.
+        this.preparing = undefined;
+        this.startJournaledBatch(journal);
+        for (const entry of entries) for (const w of entry.waiters) w.resolve();
+        if (this.unwritten.size > 0) this.scheduleFileUpdate();
+        return;
+      }
       // After a quiet spell the files are written before the answers, so a caller that reads its
       // record file finds its change there; in a burst they are written once per fileLagMs.
       if (!failure && this.fileUpdateDue()) await this.writeUnwrittenFiles();

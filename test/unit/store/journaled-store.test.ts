@@ -3,6 +3,7 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { FREE_SPACE_REUSE_MS, MIN_FREE_BYTES, type FileMachineStoreOptions } from '../../../src/store/file-store.js';
 import { FakeClock } from '../../support/fakes/fake-clock.js';
+import { waitFor } from '../../support/wait.js';
 import { decodeJournal, encodeBatch } from '../../../src/store/record-journal.js';
 import { type StoreFs, nodeStoreFs } from '../../../src/store/store-fs.js';
 import { errnoError, makeRecord, newTestStore, useTempStateDir } from '../../support/records.js';
@@ -158,6 +159,38 @@ describe('FileMachineStore with a journal', () => {
     free = MIN_FREE_BYTES - 1;
     await expect(store.put(makeRecord('e'))).rejects.toMatchObject({ kind: 'StorageFailure', message: expect.stringMatching(/ENOSPC/) });
     expect(statfsCalls).toBe(4);
+  });
+
+  it('in a burst, starts the batch of the writes that came in during a sync before it answers that sync\'s callers', async () => {
+    const order: string[] = [];
+    let appends = 0;
+    let stallNext = false;
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const { store } = journaled({
+      appendSynced: async (fd, data) => {
+        const n = ++appends;
+        order.push(`append ${n}`);
+        if (stallNext) {
+          stallNext = false;
+          await gate;
+        }
+        return nodeStoreFs.appendSynced(fd, data);
+      },
+    }, undefined, { clock: new FakeClock() });
+    await store.load();
+    // After a quiet spell the record files are written before the answer; within fileLagMs of it
+    // (the fake clock stands still) the store is in a burst.
+    await store.put(makeRecord('warm'));
+    order.length = 0;
+    stallNext = true;
+    const a = store.put(makeRecord('a')).then(() => order.push('a answered'));
+    await waitFor(() => order.includes('append 2'));
+    const b = store.put(makeRecord('b')).then(() => order.push('b answered'));
+    release();
+    await Promise.all([a, b]);
+    expect(order).toEqual(['append 2', 'append 3', 'a answered', 'b answered']);
+    expect(store.get('b')).toBeDefined();
   });
 
   it('after a torn frame it could not cut back, cuts it before the next write and refuses writes while it cannot: no acknowledged frame follows a torn one', async () => {
