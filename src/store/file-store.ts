@@ -58,8 +58,6 @@ export interface FileMachineStoreOptions {
   clock?: Clock;
   /** Free space a journalled write must leave (MIN_FREE_BYTES); tests on a tiny tmpfs lower it. */
   minFreeBytes?: number;
-  /** How long a free-space reading far from the limit is reused (FREE_SPACE_REUSE_MS; 0: a statfs per batch). */
-  freeSpaceReuseMs?: number;
   /**
    * A snapshot of the parsed records, written by close() and used by the next load() for every
    * file still as it was (record-snapshot.ts); key names the rules the records were checked by.
@@ -80,15 +78,6 @@ const DEFAULT_FILE_LAG_MS = 100;
  * batch, free. A batch of removals only is let through: it is how space comes back.
  */
 export const MIN_FREE_BYTES = 256 * 1024;
-
-/**
- * A statfs per batch was one more thread-pool job in every write's path. A reading is reused for
- * up to a second, less four times each frame appended since, while that leaves this much above
- * what a write must keep free; nearer the limit every batch reads the file system again, as the
- * other writers on it may fill it in that second.
- */
-export const FREE_SPACE_REUSE_MS = 1000;
-const FREE_SPACE_HEADROOM_BYTES = 64 * 1024 * 1024;
 
 /** No record comes near this (16 disks, 64 annotations of 4 KiB); a bigger file is not one of ours. */
 export const MAX_RECORD_BYTES = 1024 * 1024;
@@ -118,8 +107,6 @@ export class FileMachineStore implements MachineStore {
   private readonly journal: RecordJournal | undefined;
   private readonly checkpointBytes: number;
   private readonly minFreeBytes: number;
-  private readonly freeSpaceReuseMs: number;
-  private freeSpaceReading: { at: number; free: number; usedSince: number } | undefined;
   /** Records changed since the last checkpoint: their files may not be durable yet. */
   private dirty = new Set<string>();
   private readonly fileLagMs: number;
@@ -148,7 +135,6 @@ export class FileMachineStore implements MachineStore {
     this.journal = options.journalFile ? new RecordJournal({ file: options.journalFile, fs: this.fs }) : undefined;
     this.checkpointBytes = options.checkpointBytes ?? DEFAULT_CHECKPOINT_BYTES;
     this.minFreeBytes = options.minFreeBytes ?? MIN_FREE_BYTES;
-    this.freeSpaceReuseMs = options.freeSpaceReuseMs ?? FREE_SPACE_REUSE_MS;
     this.fileLagMs = options.fileLagMs ?? DEFAULT_FILE_LAG_MS;
     this.clock = options.clock ?? systemClock;
     this.snapshot = options.snapshot ? new RecordSnapshot(this.fs, options.snapshot.file, options.snapshot.key) : undefined;
@@ -603,23 +589,9 @@ export class FileMachineStore implements MachineStore {
   /** The batch's frame size stands for the bytes its record files and the next checkpoint take. */
   private async ensureFreeSpace(frameBytes: number): Promise<void> {
     const need = Math.max(this.minFreeBytes, 4 * frameBytes);
-    const free = await this.freeBytesFor(need, 4 * frameBytes);
+    const free = await this.fs.freeBytes(this.dir);
     if (free >= need) return;
     throw Object.assign(new Error(`ENOSPC: ${free} bytes free on the state file system, a write keeps ${need} free so its record file and checkpoint fit`), { code: 'ENOSPC' });
-  }
-
-  /** Free bytes on the state file system: a young reading far from `need`, less `uses` (see FREE_SPACE_REUSE_MS), or a new one. */
-  private async freeBytesFor(need: number, uses: number): Promise<number> {
-    const reading = this.freeSpaceReading;
-    if (reading && this.clock.now() - reading.at < this.freeSpaceReuseMs) {
-      reading.usedSince += uses;
-      const estimate = reading.free - reading.usedSince;
-      if (estimate >= need + FREE_SPACE_HEADROOM_BYTES) return estimate;
-    }
-    const at = this.clock.now();
-    const free = await this.fs.freeBytes(this.dir);
-    this.freeSpaceReading = { at, free, usedSince: 0 };
-    return free;
   }
 
   private async writeThrough(name: string): Promise<void> {

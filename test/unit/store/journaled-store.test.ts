@@ -1,7 +1,7 @@
 import { readFile, readdir, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { FREE_SPACE_REUSE_MS, MIN_FREE_BYTES, type FileMachineStoreOptions } from '../../../src/store/file-store.js';
+import { MIN_FREE_BYTES, type FileMachineStoreOptions } from '../../../src/store/file-store.js';
 import { FakeClock } from '../../support/fakes/fake-clock.js';
 import { waitFor } from '../../support/wait.js';
 import { decodeJournal, encodeBatch } from '../../../src/store/record-journal.js';
@@ -118,8 +118,7 @@ describe('FileMachineStore with a journal', () => {
 
   it('refuses a write on a nearly full file system, leaves the journal as it was (its frame is cut back), and lets removals through', async () => {
     let free = Number.MAX_SAFE_INTEGER;
-    // A statfs for every batch: the reuse of a reading is the next test's.
-    const { store } = journaled({ freeBytes: async () => free }, undefined, { freeSpaceReuseMs: 0 });
+    const { store } = journaled({ freeBytes: async () => free });
     await store.load();
     const a = await store.put(makeRecord('a'));
     const journalBefore = await readFile(journalOf());
@@ -133,32 +132,6 @@ describe('FileMachineStore with a journal', () => {
     expect(store.get('a')).toBeUndefined();
     free = MIN_FREE_BYTES;
     await expect(store.put(makeRecord('b'))).resolves.toMatchObject({ name: 'b' });
-  });
-
-  it('reuses a free-space reading for a second while it is far from the limit, and reads again near it', async () => {
-    let free = Number.MAX_SAFE_INTEGER;
-    let statfsCalls = 0;
-    const clock = new FakeClock();
-    const { store } = journaled({ freeBytes: async () => (statfsCalls++, free) }, undefined, { clock });
-    await store.load();
-    await store.put(makeRecord('a'));
-    expect(statfsCalls).toBe(1);
-    // The file system filled within the second: the young reading, far above the limit, lets b through unread.
-    free = MIN_FREE_BYTES - 1;
-    await store.put(makeRecord('b'));
-    expect(statfsCalls).toBe(1);
-    await clock.advance(FREE_SPACE_REUSE_MS);
-    await expect(store.put(makeRecord('c'))).rejects.toMatchObject({ kind: 'StorageFailure', message: expect.stringMatching(/ENOSPC/) });
-    expect(statfsCalls).toBe(2);
-    expect(store.get('c')).toBeUndefined();
-
-    // A reading just above the limit is never reused: the next batch reads again, and is refused.
-    await clock.advance(FREE_SPACE_REUSE_MS);
-    free = MIN_FREE_BYTES + 1024 * 1024;
-    await store.put(makeRecord('d'));
-    free = MIN_FREE_BYTES - 1;
-    await expect(store.put(makeRecord('e'))).rejects.toMatchObject({ kind: 'StorageFailure', message: expect.stringMatching(/ENOSPC/) });
-    expect(statfsCalls).toBe(4);
   });
 
   it('in a burst, starts the batch of the writes that came in during a sync before it answers that sync\'s callers', async () => {
