@@ -60,6 +60,12 @@ export class UnsafeFileError extends Error {}
 const writeFd = promisify(fs.write);
 const openFd = promisify(fs.open);
 
+async function writeAll(fd: number, data: Buffer): Promise<void> {
+  for (let off = 0; off < data.length; ) {
+    off += (await writeFd(fd, data, off, data.length - off)).bytesWritten;
+  }
+}
+
 function kindOf(st: fs.Stats): EntryKind {
   if (st.isFile()) return 'file';
   if (st.isDirectory()) return 'directory';
@@ -122,18 +128,10 @@ export const nodeStoreFs: StoreFs = {
     }
   },
   open: openFd as StoreFs['open'],
-  async write(fd, data) {
-    for (let off = 0; off < data.length; ) {
-      off += (await writeFd(fd, data, off, data.length - off)).bytesWritten;
-    }
-  },
+  write: writeAll,
   openSyncedAppend: (path, mode) => openFd(path, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_APPEND | fs.constants.O_DSYNC, mode),
-  async appendSynced(fd, data) {
-    // O_DSYNC: each write(2) returns once its data and the new size are on the disk.
-    for (let off = 0; off < data.length; ) {
-      off += (await writeFd(fd, data, off, data.length - off)).bytesWritten;
-    }
-  },
+  // O_DSYNC: each write(2) returns once its data and the new size are on the disk.
+  appendSynced: writeAll,
   fsync: promisify(fs.fsync),
   fdatasync: promisify(fs.fdatasync),
   ftruncate: promisify(fs.ftruncate) as StoreFs['ftruncate'],
