@@ -508,19 +508,19 @@ export class FileMachineStore implements MachineStore {
     const entries = [...batch.values()];
     void (async () => {
       const failure = await this.commitJournaled(journal, entries);
-      if (!failure && this.queue.size > 0 && !this.closing && !this.fileUpdateDue() && journal.size <= this.checkpointBytes) {
-        // Nothing else needs the slot now (no file update, no checkpoint, no close): hand it on.
+      // Nothing else needs the slot now (no file update, no checkpoint, no close): hand it on.
+      const handOn = !failure && this.queue.size > 0 && !this.closing && !this.fileUpdateDue() && journal.size <= this.checkpointBytes;
+      if (handOn) {
         this.preparing = undefined;
         this.startJournaledBatch(journal);
-        for (const entry of entries) for (const w of entry.waiters) w.resolve();
-        if (this.unwritten.size > 0) this.scheduleFileUpdate();
-        return;
+      } else if (!failure && this.fileUpdateDue()) {
+        // After a quiet spell the files are written before the answers, so a caller that reads its
+        // record file finds its change there; in a burst they are written once per fileLagMs.
+        await this.writeUnwrittenFiles();
       }
-      // After a quiet spell the files are written before the answers, so a caller that reads its
-      // record file finds its change there; in a burst they are written once per fileLagMs.
-      if (!failure && this.fileUpdateDue()) await this.writeUnwrittenFiles();
       for (const entry of entries) for (const w of entry.waiters) (failure ? w.reject(failure) : w.resolve());
       if (this.unwritten.size > 0) this.scheduleFileUpdate();
+      if (handOn) return;
       // Still holding the batch slot: a batch appended during the checkpoint would be cut off with it.
       if (!failure && journal.size > this.checkpointBytes) {
         // The writes are durable in the journal; a failed checkpoint only delays the next one.

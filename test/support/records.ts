@@ -4,6 +4,7 @@ import path from 'node:path';
 import { afterEach, beforeEach } from 'vitest';
 import { type MachineRecord, RECORD_API_VERSION, newStatus } from '../../src/machine/record.js';
 import { FileMachineStore, type FileMachineStoreOptions } from '../../src/store/file-store.js';
+import { type StoreFs, nodeStoreFs } from '../../src/store/store-fs.js';
 import type { LogFields, Logger } from '../../src/logging/logger.js';
 
 // Shared fixtures for the store tests.
@@ -82,4 +83,15 @@ export function newTestStore(dir: string, options: Partial<FileMachineStoreOptio
   const logger = captureLogger();
   const store = new FileMachineStore({ dir, logger, now: () => Date.UTC(2025, 0, 2, 3, 4, 5), ...options });
   return { store, logger };
+}
+
+/**
+ * File operations that call onSync for each sync of the record journal: a synced append (an
+ * O_DSYNC write) or an fdatasync (a cut).
+ */
+export function countingJournalSyncs(onSync: () => void): Partial<StoreFs> {
+  return {
+    appendSynced: async (fd, data) => { onSync(); return nodeStoreFs.appendSynced(fd, data); },
+    fdatasync: async (fd) => { onSync(); return nodeStoreFs.fdatasync(fd); },
+  };
 }

@@ -7,9 +7,8 @@ import { silentLogger } from '../../../src/logging/logger.js';
 import type { MachineApiEvents } from '../../../src/service/api.js';
 import { EventLog } from '../../../src/service/event-log.js';
 import { MachineRecords } from '../../../src/service/machine-records.js';
-import { nodeStoreFs } from '../../../src/store/store-fs.js';
 import { FakeClock } from '../../support/fakes/fake-clock.js';
-import { makeRecord, newTestStore, useTempStateDir } from '../../support/records.js';
+import { countingJournalSyncs, makeRecord, newTestStore, useTempStateDir } from '../../support/records.js';
 
 // A call's record change and its event are durable with one sync (the record journal's): the
 // event rides in the change's frame. A power cut that loses the event journal's unsynced write
@@ -40,10 +39,7 @@ async function openAgentParts(segments: SegmentFiles, countRecordSyncs?: () => v
   const journal = new EventJournal({ clock, logger: silentLogger, retention: { maxCount: 1000, maxAgeMs: 7 * 24 * 3600 * 1000 }, files: segments });
   const { store } = newTestStore(paths.dir, {
     journalFile: path.join(paths.root, 'journal', 'records.log'),
-    fs: {
-      appendSynced: async (fd, data) => { countRecordSyncs?.(); return nodeStoreFs.appendSynced(fd, data); },
-      fdatasync: async (fd) => { countRecordSyncs?.(); return nodeStoreFs.fdatasync(fd); },
-    },
+    fs: countingJournalSyncs(() => countRecordSyncs?.()),
   });
   store.carryAttachmentsOf(journal);
   const emitter = new TypedEmitter<MachineApiEvents>();

@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import type { AttachmentOwner } from '../../../src/store/port.js';
 import { decodeJournal } from '../../../src/store/record-journal.js';
 import { type StoreFs, nodeStoreFs } from '../../../src/store/store-fs.js';
-import { errnoError, makeRecord, newTestStore, useTempStateDir } from '../../support/records.js';
+import { countingJournalSyncs, errnoError, makeRecord, newTestStore, useTempStateDir } from '../../support/records.js';
 
 // Attachments: another part's entries (the event journal's events) ride in the journal frame of
 // the record write they belong to, durable with its one sync, given back on load, and secured by
@@ -45,10 +45,7 @@ function journaled(owner: AttachmentOwner | undefined, fs: Partial<StoreFs> = {}
 describe('FileMachineStore: attachments carried in the journal frame', () => {
   it('carries the entry in the write\'s frame, calls carried() before the write resolves, and adds no sync', async () => {
     let syncs = 0;
-    const { store } = journaled(spyOwner(), {
-      appendSynced: async (fd, data) => { syncs++; return nodeStoreFs.appendSynced(fd, data); },
-      fdatasync: async (fd) => { syncs++; return nodeStoreFs.fdatasync(fd); },
-    });
+    const { store } = journaled(spyOwner(), countingJournalSyncs(() => syncs++));
     await store.load();
     const before = syncs;
     const order: string[] = [];

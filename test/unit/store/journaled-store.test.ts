@@ -6,7 +6,7 @@ import { FakeClock } from '../../support/fakes/fake-clock.js';
 import { waitFor } from '../../support/wait.js';
 import { decodeJournal, encodeBatch } from '../../../src/store/record-journal.js';
 import { type StoreFs, nodeStoreFs } from '../../../src/store/store-fs.js';
-import { errnoError, makeRecord, newTestStore, useTempStateDir } from '../../support/records.js';
+import { countingJournalSyncs, errnoError, makeRecord, newTestStore, useTempStateDir } from '../../support/records.js';
 
 // The store with a write-ahead journal: one journal sync per batch, record files written through
 // before the answer, replay at load (newest wins, a remove deletes), checkpoint empties the journal.
@@ -27,9 +27,7 @@ describe('FileMachineStore with a journal', () => {
     let syncs = 0;
     let fileFsyncs = 0;
     const { store } = journaled({
-      // Each synced append is one sync of the journal (an O_DSYNC write); a cut is an fdatasync.
-      appendSynced: async (fd, data) => { syncs++; return nodeStoreFs.appendSynced(fd, data); },
-      fdatasync: async (fd) => { syncs++; return nodeStoreFs.fdatasync(fd); },
+      ...countingJournalSyncs(() => syncs++),
       fsync: async (fd) => { fileFsyncs++; return nodeStoreFs.fsync(fd); },
     });
     await store.load();
