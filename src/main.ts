@@ -10,11 +10,13 @@ import { describeError } from './machine/errors.js';
 import { createLogger } from './logging/winston-logger.js';
 import { levelGate } from './systemd/reload.js';
 import { nativeJournal } from './logging/journal/native-journal.js';
+import { cacheDbusSignatures } from './dbus/signature-cache.js';
 
 const EXIT_CONFIG = 78; // EX_CONFIG: systemd shows it, and Restart=on-failure does not loop on it
 const EXIT_FAILURE = 1;
 
 async function main(): Promise<number> {
+  cacheDbusSignatures();
   const load = () => loadConfig({ argv: process.argv.slice(2), env: process.env });
   let loaded;
   try {

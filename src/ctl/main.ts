@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+import { cacheDbusSignatures } from '../dbus/signature-cache.js';
 import { systemClock } from '../lifecycle/clock.js';
 import { runCli } from './cli.js';
 import { DBusClient } from './client.js';
@@ -6,6 +7,7 @@ import { processIo } from './io.js';
 
 // vmkeeperctl: the process edge. Everything else gets its streams, clock and client passed in.
 
+cacheDbusSignatures();
 const abort = new AbortController();
 for (const sig of ['SIGINT', 'SIGTERM'] as const) {
   process.on(sig, () => {
