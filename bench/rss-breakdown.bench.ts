@@ -34,7 +34,11 @@ function sample(pid: number, moment: string): string {
   return `${moment.padEnd(28)} RSS ${mib(rssKiB(pid))} MiB  anonymous ${mib(kib.anon)}  main arena ${mib(kib.heap)}  files ${mib(kib.files)}`;
 }
 
-const env = Object.fromEntries(process.argv.slice(2).map((a) => [a.slice(0, a.indexOf('=')), a.slice(a.indexOf('=') + 1)]));
+const env = Object.fromEntries(process.argv.slice(2).map((a) => {
+  const at = a.indexOf('=');
+  if (at < 1) throw new Error(`not KEY=VALUE: ${JSON.stringify(a)}`);
+  return [a.slice(0, at), a.slice(at + 1)];
+}));
 const bench = await startBenchAgent(COUNT, env);
 const pid = bench.agent.child.pid!;
 const bus = await connectBus(bench.bus.address);

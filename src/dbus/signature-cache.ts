@@ -8,10 +8,13 @@ import { createRequire } from 'node:module';
 //
 // The trees are only read by dbus-next (reading, and turning the read value into JavaScript), so
 // one tree can serve every message. Signatures come from any bus client, so the cache is bounded:
-// past MAX_CACHED_SIGNATURES a new signature is parsed as before, each time. A bad signature
+// only signatures of up to MAX_CACHED_LENGTH characters are kept (the agent's own are far shorter),
+// and past MAX_CACHED_SIGNATURES a new one is parsed as before, each time. Worst case, a client
+// that sends 256 different 32-character signatures pins about 0.7 MB of trees. A bad signature
 // throws from the parse exactly as it did, and is not kept.
 
 const MAX_CACHED_SIGNATURES = 256;
+const MAX_CACHED_LENGTH = 32;
 
 interface SignatureTree {
   type: string;
@@ -39,7 +42,7 @@ export function cacheDbusSignatures(): () => void {
   if (restore) return restore;
   const proto = (requireDbus('dbus-next/lib/dbus-buffer') as { prototype: DBusBufferPrototype }).prototype;
   const { parseSignature } = requireDbus('dbus-next/lib/signature') as { parseSignature(signature: string): SignatureTree[] };
-  const parsed = cachedParser(parseSignature, MAX_CACHED_SIGNATURES);
+  const parsed = cachedParser(parseSignature, MAX_CACHED_SIGNATURES, MAX_CACHED_LENGTH);
   const stock = { read: proto.read, readVariant: proto.readVariant };
   // The same two steps as dbus-next 0.10's own read and readVariant, with the parse looked up.
   proto.read = function read(signature) {
@@ -49,22 +52,25 @@ export function cacheDbusSignatures(): () => void {
     const tree = parsed(this.readSimpleType('g'));
     return [tree, this.readStruct(tree)];
   };
-  restore = () => {
+  const putBack = () => {
+    // A stale function (from before a restore and a new install) must not undo the newer install.
+    if (restore !== putBack) return;
     proto.read = stock.read;
     proto.readVariant = stock.readVariant;
     restore = undefined;
   };
-  return restore;
+  restore = putBack;
+  return putBack;
 }
 
-/** `parse` memoised for up to `max` distinct signatures; thrown errors are not kept. */
-export function cachedParser<T>(parse: (signature: string) => T, max: number): (signature: string) => T {
+/** `parse` memoised for up to `max` distinct signatures of up to `maxLength` characters; thrown errors are not kept. */
+export function cachedParser<T>(parse: (signature: string) => T, max: number, maxLength: number): (signature: string) => T {
   const trees = new Map<string, T>();
   return (signature) => {
     let tree = trees.get(signature);
     if (tree === undefined) {
       tree = parse(signature);
-      if (trees.size < max) trees.set(signature, tree);
+      if (trees.size < max && signature.length <= maxLength) trees.set(signature, tree);
     }
     return tree;
   };

@@ -113,9 +113,9 @@ export class RecordJournal {
 
   /**
    * Appends one batch and syncs it; on failure the file is cut back to what it held (and it
-   * throws). A precondition (the free-space check, given the frame's size) runs beside the write
-   * instead of before it: when it fails, the synced frame is cut back as a failed write would be,
-   * and its error is thrown.
+   * throws). A precondition (the free-space check, given the frame's size) is started before the
+   * write and awaited only after it, so a slow one runs beside the write: when it fails, the
+   * synced frame is cut back as a failed write would be, and its error is thrown.
    */
   async append(ops: JournalOp[], precondition?: (frameBytes: number) => Promise<void>): Promise<void> {
     const fd = this.openFd();

@@ -139,9 +139,10 @@ export const nodeStoreFs: StoreFs = {
   close: promisify(fs.close),
   rename: (from, to) => fs.promises.rename(from, to),
   unlink: (path) => fs.promises.unlink(path),
-  // Synchronous, as stamp() is: statfs answers from the file system's counters without I/O (about
-  // 4 us here), while fs.promises.statfs cost the main thread 19 us a call in a loop and about
-  // 100 us a batch in a profile of the agent under 8 writers (docs/performance.md).
+  // Synchronous, as stamp() is: on a local file system statfs answers from its counters without
+  // I/O (about 4 us here), while fs.promises.statfs cost the main thread 19 us a call in a loop
+  // and about 100 us a batch in a profile of the agent under 8 writers (docs/performance.md). On
+  // NFS it is a round trip to the server on the main thread: the state dir is meant to be local.
   async freeBytes(path) {
     const st = fs.statfsSync(path);
     return st.bavail * st.bsize;

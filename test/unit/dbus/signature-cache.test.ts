@@ -3,7 +3,8 @@ import { Message, MessageType, Variant } from 'dbus-next';
 import { afterEach, describe, expect, it } from 'vitest';
 import { cacheDbusSignatures, cachedParser } from '../../../src/dbus/signature-cache.js';
 
-// With the cache installed, dbus-next must read every message exactly as its own reader does:
+// With the cache installed, dbus-next must read these messages (every type inside variants the
+// agent sends, headers included) exactly as its own reader does:
 // the same values, the same errors, and its own reader back once restored.
 
 const requireDbus = createRequire(import.meta.url);
@@ -12,6 +13,7 @@ const { marshallMessage, messageToJsFmt } = requireDbus('dbus-next/lib/marshall-
   messageToJsFmt(msg: object): { body: unknown[]; signature: string };
 };
 const { unmarshall } = requireDbus('dbus-next/lib/message') as { unmarshall(bytes: Buffer): object };
+const signatureModule = requireDbus('dbus-next/lib/signature') as { parseSignature(signature: string): unknown };
 const bufferProto = (requireDbus('dbus-next/lib/dbus-buffer') as { prototype: { read: unknown; readVariant: unknown } }).prototype;
 
 const BODIES: Array<[string, unknown[]]> = [
@@ -41,12 +43,33 @@ describe('cacheDbusSignatures', () => {
 
   it('reads every body, header variants included, exactly as dbus-next reads it', () => {
     const stock = BODIES.map(([sig, body]) => decode(wire(sig, body)));
+    const stockRead = bufferProto.read;
     restore = cacheDbusSignatures();
-    expect(bufferProto.read).not.toBe(undefined);
+    expect(bufferProto.read).not.toBe(stockRead);
     // Twice: the second read of each signature comes from the cache.
     for (let round = 0; round < 2; round++) {
       expect(BODIES.map(([sig, body]) => decode(wire(sig, body)))).toEqual(stock);
     }
+  });
+
+  it('parses each signature once, however many variants and messages carry it', () => {
+    const parses = new Map<string, number>();
+    const stockParse = signatureModule.parseSignature;
+    signatureModule.parseSignature = (signature) => {
+      parses.set(signature, (parses.get(signature) ?? 0) + 1);
+      return stockParse(signature);
+    };
+    try {
+      restore = cacheDbusSignatures();
+    } finally {
+      signatureModule.parseSignature = stockParse;
+    }
+    const bytes = wire('a{sv}', [Object.fromEntries(Array.from({ length: 50 }, (_, i) => [`P${i}`, new Variant('s', `v${i}`)]))]);
+    for (let i = 0; i < 3; i++) decode(bytes);
+    // 50 string variants a message, and the header's own variants and signatures.
+    expect(parses.get('s')).toBe(1);
+    expect(parses.get('a{sv}')).toBe(1);
+    expect([...parses.values()].every((n) => n === 1)).toBe(true);
   });
 
   it('puts dbus-next\'s own reader back, and installs once however often it is called', () => {
@@ -56,9 +79,13 @@ describe('cacheDbusSignatures', () => {
     expect(bufferProto.read).not.toBe(read);
     expect(bufferProto.readVariant).not.toBe(readVariant);
     restore();
-    restore = undefined;
     expect(bufferProto.read).toBe(read);
     expect(bufferProto.readVariant).toBe(readVariant);
+    // A put-back function from before must not undo a later install.
+    const stale = restore;
+    restore = cacheDbusSignatures();
+    stale();
+    expect(bufferProto.read).not.toBe(read);
   });
 
   it('refuses a message with a bad variant signature as dbus-next does', () => {
@@ -74,13 +101,15 @@ describe('cacheDbusSignatures', () => {
 });
 
 describe('cachedParser', () => {
-  it('parses a signature once, keeps at most `max` of them, and keeps no error', () => {
+  it('parses a signature once, keeps at most `max` of them and none longer than `maxLength`, and keeps no error', () => {
     const parses: string[] = [];
     const parse = cachedParser((s: string) => {
       parses.push(s);
       if (s === 'bad') throw new Error('Bad signature');
       return { tree: s };
-    }, 2);
+    }, 2, 5);
+    parse('a{oas}'); // longer than 5: parsed each time, never kept
+    parse('a{oas}');
     expect(parse('s')).toBe(parse('s'));
     parse('a{sv}');
     parse('u'); // over the bound: parsed each time, never kept
@@ -88,6 +117,6 @@ describe('cachedParser', () => {
     expect(() => parse('bad')).toThrow('Bad signature');
     expect(() => parse('bad')).toThrow('Bad signature');
     parse('s');
-    expect(parses).toEqual(['s', 'a{sv}', 'u', 'u', 'bad', 'bad']);
+    expect(parses).toEqual(['a{oas}', 'a{oas}', 's', 'a{sv}', 'u', 'u', 'bad', 'bad']);
   });
 });
