@@ -93,8 +93,12 @@ export class FileMachineStore implements MachineStore {
   private readonly loadConcurrency: number;
   private readonly validator: StoredRecordValidator;
   private records = new Map<string, MachineRecord>();
-  /** Sorted view for list(), rebuilt only after a change. */
-  private sorted: MachineRecord[] | undefined;
+  /**
+   * Sorted view for list() and its names, built on the first list() after a load and then kept
+   * in step by setRecord (a binary search): re-sorting 10,000 names after any write cost each
+   * status line (every 250 ms under writes) and each list() after a write about 1.6 ms.
+   */
+  private sorted: { names: string[]; records: MachineRecord[] } | undefined;
   /** Writes waiting for the next batch, one entry per record (the latest write wins). */
   private queue = new Map<string, PendingWrite>();
   /** The batch writing its temp files, then the batch renaming and fsyncing the folder. */
@@ -256,8 +260,11 @@ export class FileMachineStore implements MachineStore {
   }
 
   list(): MachineRecord[] {
-    this.sorted ??= [...this.records.keys()].sort().map((name) => this.records.get(name)!);
-    return this.sorted.slice();
+    if (!this.sorted) {
+      const names = [...this.records.keys()].sort();
+      this.sorted = { names, records: names.map((name) => this.records.get(name)!) };
+    }
+    return this.sorted.records.slice();
   }
 
   /**
@@ -637,7 +644,7 @@ export class FileMachineStore implements MachineStore {
   private setRecord(name: string, record: MachineRecord | undefined): void {
     if (record) this.records.set(name, record);
     else this.records.delete(name);
-    this.sorted = undefined;
+    if (this.sorted) placeSorted(this.sorted, name, record);
   }
 
   private fileOf(name: string): string {
@@ -749,4 +756,25 @@ function storageFailure(what: string, err: unknown): AgentError {
   const code = (err as NodeJS.ErrnoException | undefined)?.code;
   const detail = code ? `${code} (${describeError(err).replace(/^[A-Z]+: /, '').replace(/, \w+( '.*')?$/, '')})` : describeError(err);
   return new AgentError('StorageFailure', `${what}: ${detail}`, { cause: err });
+}
+
+/** Puts `record` under `name` in the sorted view (replacing, inserting, or removing when undefined). */
+function placeSorted(sorted: { names: string[]; records: MachineRecord[] }, name: string, record: MachineRecord | undefined): void {
+  // The same order as Array.prototype.sort's default (UTF-16 code units), which built the view.
+  let lo = 0;
+  let hi = sorted.names.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (sorted.names[mid]! < name) lo = mid + 1;
+    else hi = mid;
+  }
+  const present = sorted.names[lo] === name;
+  if (record && present) sorted.records[lo] = record;
+  else if (record) {
+    sorted.names.splice(lo, 0, name);
+    sorted.records.splice(lo, 0, record);
+  } else if (present) {
+    sorted.names.splice(lo, 1);
+    sorted.records.splice(lo, 1);
+  }
 }

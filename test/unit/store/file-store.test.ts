@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { AgentError } from '../../../src/machine/errors.js';
 import { FileMachineStore } from '../../../src/store/file-store.js';
 import { type StoreFs, nodeStoreFs } from '../../../src/store/store-fs.js';
+import { prng } from '../../support/prng.js';
 import { errnoError, makeRecord, newTestStore, useTempStateDir } from '../../support/records.js';
 
 const paths = useTempStateDir();
@@ -55,6 +56,23 @@ describe('FileMachineStore', () => {
     expect(await again.load()).toEqual({ records: 3, quarantined: [] });
     expect(again.list().map((r) => r.name)).toEqual(['a', 'b', 'c']);
     expect(again.get('a')).toEqual(store.get('a'));
+  });
+
+  it('keeps list() sorted and current through puts and removes made after a list', async () => {
+    const { store } = newStore();
+    await store.load();
+    const random = prng(12);
+    const names = ['b', 'a-1', 'a', 'z', 'web-10', 'web-9', 'web-1', 'm', 'a0', '0'];
+    store.list(); // the sorted view exists from here on, and each change must keep it right
+    for (let step = 0; step < 120; step++) {
+      const name = names[Math.floor(random() * names.length)]!;
+      if (store.get(name) && random() < 0.4) await store.remove(name);
+      else await store.put({ ...(store.get(name) ?? makeRecord(name)), annotations: { step: String(step) } });
+      const listed = store.list();
+      const expected = names.filter((n) => store.get(n)).sort();
+      expect(listed.map((r) => r.name)).toEqual(expected);
+      expect(listed.map((r) => r.annotations.step)).toEqual(expected.map((n) => store.get(n)!.annotations.step));
+    }
   });
 
   it.each([
