@@ -3,7 +3,7 @@ import { systemClock } from '../lifecycle/clock.js';
 import { withTimeout } from '../lifecycle/with-timeout.js';
 import type { Logger } from '../logging/logger.js';
 import { describeError } from '../machine/errors.js';
-import { MACHINE_PATH_PREFIX, MANAGER_PATH, machineObjectPath } from '../machine/names.js';
+import { MACHINE_PATH_PREFIX, MANAGER_PATH, machineObjectPath, sortedIndexOf } from '../machine/names.js';
 import type { MachineRecord } from '../machine/record.js';
 import type { AgentEvent, MachineApi, MachineApiEvents } from '../service/api.js';
 import type { HostApi } from '../drain/host-api.js';
@@ -210,7 +210,7 @@ export class DBusService {
     this.bus.export(path, iface);
     this.machines.set(record.name, iface);
     this.machinesByPath.set(path, iface);
-    this.sortedNames.splice(insertionIndex(this.sortedNames, record.name), 0, record.name);
+    this.sortedNames.splice(sortedIndexOf(this.sortedNames, record.name, itself), 0, record.name);
     this.dropReplies();
     if (announce) {
       this.objectManager.InterfacesAdded(path, { [MACHINE_INTERFACE]: iface.variants() });
@@ -224,7 +224,7 @@ export class DBusService {
     const path = iface.objectPath;
     this.machines.delete(name);
     this.machinesByPath.delete(path);
-    const at = insertionIndex(this.sortedNames, name);
+    const at = sortedIndexOf(this.sortedNames, name, itself);
     if (this.sortedNames[at] === name) this.sortedNames.splice(at, 1);
     this.dropReplies();
     unexportPath(this.bus, path);
@@ -287,17 +287,7 @@ export class DBusService {
   private readonly answerStandard = standardAnswers((m) => this.bus.send(m), this.objects);
 }
 
-/** Where `name` is in the sorted `names`, or would go (the same order as Array.prototype.sort). */
-function insertionIndex(names: string[], name: string): number {
-  let lo = 0;
-  let hi = names.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if (names[mid]! < name) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
-}
+const itself = (name: string) => name;
 
 // dbus-next's unexport(path, iface) drops the whole object after the first interface (it tests
 // `interfaces.length` on a plain object), so only ever unexport whole paths.

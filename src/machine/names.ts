@@ -61,3 +61,18 @@ export function machineNameFromDomain(domainName: string): string | undefined {
   const name = domainName.slice(DOMAIN_NAME_PREFIX.length);
   return NAME_PATTERN.test(name) ? name : undefined;
 }
+
+/**
+ * Where `name` is in `sorted`, ordered by `nameOf` as Array.prototype.sort orders strings (UTF-16
+ * code units), or where it would go: the sorted views of machines keep their order with it.
+ */
+export function sortedIndexOf<T>(sorted: readonly T[], name: string, nameOf: (item: T) => string): number {
+  let lo = 0;
+  let hi = sorted.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (nameOf(sorted[mid]!) < name) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}

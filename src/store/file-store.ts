@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { type Clock, type TimerHandle, systemClock } from '../lifecycle/clock.js';
 import path from 'node:path';
 import { AgentError, describeError } from '../machine/errors.js';
-import { validateMachineName } from '../machine/names.js';
+import { sortedIndexOf, validateMachineName } from '../machine/names.js';
 import { type MachineRecord, RECORD_API_VERSION, cloneRecord, freezeRecord } from '../machine/record.js';
 import { DEFAULT_SPEC_LIMITS } from '../machine/spec.js';
 import type { Logger } from '../logging/logger.js';
@@ -94,11 +94,11 @@ export class FileMachineStore implements MachineStore {
   private readonly validator: StoredRecordValidator;
   private records = new Map<string, MachineRecord>();
   /**
-   * Sorted view for list() and its names, built on the first list() after a load and then kept
-   * in step by setRecord (a binary search): re-sorting 10,000 names after any write cost each
-   * status line (every 250 ms under writes) and each list() after a write about 1.6 ms.
+   * Sorted view for list(), built on the first list() after a load and then kept in step by
+   * setRecord (a binary search): re-sorting 10,000 names after any write cost each status line
+   * (every 250 ms under writes) and each list() after a write about 1.6 ms.
    */
-  private sorted: { names: string[]; records: MachineRecord[] } | undefined;
+  private sorted: MachineRecord[] | undefined;
   /** Writes waiting for the next batch, one entry per record (the latest write wins). */
   private queue = new Map<string, PendingWrite>();
   /** The batch writing its temp files, then the batch renaming and fsyncing the folder. */
@@ -260,11 +260,8 @@ export class FileMachineStore implements MachineStore {
   }
 
   list(): MachineRecord[] {
-    if (!this.sorted) {
-      const names = [...this.records.keys()].sort();
-      this.sorted = { names, records: names.map((name) => this.records.get(name)!) };
-    }
-    return this.sorted.records.slice();
+    this.sorted ??= [...this.records.keys()].sort().map((name) => this.records.get(name)!);
+    return this.sorted.slice();
   }
 
   /**
@@ -758,23 +755,13 @@ function storageFailure(what: string, err: unknown): AgentError {
   return new AgentError('StorageFailure', `${what}: ${detail}`, { cause: err });
 }
 
-/** Puts `record` under `name` in the sorted view (replacing, inserting, or removing when undefined). */
-function placeSorted(sorted: { names: string[]; records: MachineRecord[] }, name: string, record: MachineRecord | undefined): void {
-  // The same order as Array.prototype.sort's default (UTF-16 code units), which built the view.
-  let lo = 0;
-  let hi = sorted.names.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if (sorted.names[mid]! < name) lo = mid + 1;
-    else hi = mid;
-  }
-  const present = sorted.names[lo] === name;
-  if (record && present) sorted.records[lo] = record;
-  else if (record) {
-    sorted.names.splice(lo, 0, name);
-    sorted.records.splice(lo, 0, record);
-  } else if (present) {
-    sorted.names.splice(lo, 1);
-    sorted.records.splice(lo, 1);
-  }
+/** Puts `record` under `name` in the sorted view: replaces, inserts, or removes when undefined. */
+function placeSorted(sorted: MachineRecord[], name: string, record: MachineRecord | undefined): void {
+  // Every record is stored under its own name (put, load and replay check it).
+  const at = sortedIndexOf(sorted, name, nameOfRecord);
+  const present = sorted[at]?.name === name;
+  if (record) sorted.splice(at, present ? 1 : 0, record);
+  else if (present) sorted.splice(at, 1);
 }
+
+const nameOfRecord = (record: MachineRecord) => record.name;
