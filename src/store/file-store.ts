@@ -540,9 +540,8 @@ export class FileMachineStore implements MachineStore {
     const ops: JournalOp[] = entries.map((e) =>
       e.attachments.length > 0 ? { name: e.name, record: e.record ?? null, attached: e.attachments.map((a) => a.entry) } : { name: e.name, record: e.record ?? null });
     try {
-      // The free-space check is handed to the append, which does not wait for it before writing:
-      // waiting for a thread-pool statfs first cost each batch about a sixth of its time. The
-      // statfs is now synchronous (StoreFs.freeBytes), so it is done before the write starts.
+      // The free-space check runs in the append, before the write: a synchronous statfs
+      // (StoreFs.freeBytes), so it adds no thread-pool round trip to the batch.
       await journal.append(ops, entries.some((e) => e.record) ? (frameBytes) => this.ensureFreeSpace(frameBytes) : undefined);
     } catch (err) {
       if (err instanceof JournalUndoError) {

@@ -113,9 +113,8 @@ export class RecordJournal {
 
   /**
    * Appends one batch and syncs it; on failure the file is cut back to what it held (and it
-   * throws). A precondition (the free-space check, given the frame's size) is started before the
-   * write and awaited only after it, so a slow one runs beside the write: when it fails, the
-   * synced frame is cut back as a failed write would be, and its error is thrown.
+   * throws). A precondition (the free-space check, given the frame's size) runs before the write:
+   * when it fails, nothing is written and its error is thrown.
    */
   async append(ops: JournalOp[], precondition?: (frameBytes: number) => Promise<void>): Promise<void> {
     const fd = this.openFd();
@@ -126,12 +125,9 @@ export class RecordJournal {
     }
     const before = this.length;
     const frame = encodeBatch(ops);
-    // Settles to its error, or undefined: it must not reject unobserved while the write runs.
-    const checked = precondition?.(frame.length).then(() => undefined, (err: unknown) => err ?? new Error('the precondition failed'));
+    await precondition?.(frame.length);
     try {
       await this.fs.appendSynced(fd, frame);
-      const failed = await checked;
-      if (failed !== undefined) throw failed;
     } catch (err) {
       // A frame that reached the disk while its caller is told it failed would come back on load.
       await this.cutTo(before).catch((cutErr: unknown) => {

@@ -114,7 +114,7 @@ describe('FileMachineStore with a journal', () => {
     expect(again.get('a')).toEqual(stored);
   });
 
-  it('refuses a write on a nearly full file system, leaves the journal as it was (its frame is cut back), and lets removals through', async () => {
+  it('refuses a write on a nearly full file system, leaves the journal as it was, and lets removals through', async () => {
     let free = Number.MAX_SAFE_INTEGER;
     const { store } = journaled({ freeBytes: async () => free });
     await store.load();
