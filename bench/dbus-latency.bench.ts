@@ -59,32 +59,34 @@ export async function busctlTimes(address: string, n: number, args: string[], pr
 
 const GET_MANAGED_OBJECTS = ['org.vmkeeper1', '/org/vmkeeper1', 'org.freedesktop.DBus.ObjectManager', 'GetManagedObjects'];
 
+/** p50 of busctl's GetId to the bus daemon: a busctl call's process and connection set-up. */
+export async function busctlSetUp(address: string, n: number): Promise<number> {
+  return percentile(await busctlTimes(address, n, ['org.freedesktop.DBus', '/org/freedesktop/DBus', 'org.freedesktop.DBus', 'GetId']), 50);
+}
+
 /**
  * GetManagedObjects p50 through four clients: dbus-next with its own reader, dbus-next with the
  * signature cache the agent and vmkeeperctl install, and busctl with the reply printed and not
- * (both less a GetId call, the process and connection set-up). Every client but `busctl -q`
- * includes its own decoding of the 160,000 properties of 10,000 machines.
+ * (both less `setUp`, from busctlSetUp). Every client but `busctl -q` includes its own decoding
+ * of the 160,000 properties of 10,000 machines.
  */
-export async function managedObjectsTimes(address: string, client: MessageBus, runs: number): Promise<Array<{ what: string; p50: number }>> {
+export async function managedObjectsTimes(address: string, client: MessageBus, runs: number, setUp: number): Promise<Array<{ what: string; p50: number }>> {
   // The bench process reads with dbus-next's own reader (nothing else here installs the cache):
-  // the two readers take turns, half the runs each time, and the stock one is left in place.
+  // the two readers take turns, half the runs each time, and the stock one is put back each time.
   const stock: number[] = [];
   const cached: number[] = [];
   const half = Math.ceil(runs / 2);
-  try {
-    for (let turn = 0; turn < 2; turn++) {
-      stock.push(...(await timeCalls(client, half, objectManager)));
-      cacheDbusSignatures();
+  for (let turn = 0; turn < 2; turn++) {
+    stock.push(...(await timeCalls(client, half, objectManager)));
+    const putBack = cacheDbusSignatures();
+    try {
       cached.push(...(await timeCalls(client, half, objectManager)));
-      cacheDbusSignatures()();
+    } finally {
+      putBack();
     }
-  } finally {
-    cacheDbusSignatures()();
   }
-  const idTimes = await busctlTimes(address, runs, ['org.freedesktop.DBus', '/org/freedesktop/DBus', 'org.freedesktop.DBus', 'GetId']);
   const printed = await busctlTimes(address, runs, GET_MANAGED_OBJECTS, true);
   const quiet = await busctlTimes(address, runs, GET_MANAGED_OBJECTS);
-  const setUp = percentile(idTimes, 50);
   return [
     { what: 'dbus-next, its own reader', p50: percentile(stock, 50) },
     { what: 'dbus-next, signature cache (vmkeeperctl)', p50: percentile(cached, 50) },
@@ -145,10 +147,11 @@ export async function dbusLatencyBench(): Promise<string[]> {
       lines.push(line(`ListMachines (${count})`, list, baseline));
       if (count >= 10_000) {
         lines.push(goal('ListMachines p50', percentile(list, 50), 50));
-        const listBusctl = await busctlTimes(bench.bus.address, Math.min(N, 15), ['org.vmkeeper1', '/org/vmkeeper1', 'org.vmkeeper1.Manager', 'ListMachines']);
-        const idTimes = await busctlTimes(bench.bus.address, Math.min(N, 15), ['org.freedesktop.DBus', '/org/freedesktop/DBus', 'org.freedesktop.DBus', 'GetId']);
-        lines.push(`${'busctl -q ListMachines'.padEnd(34)} p50=${percentile(listBusctl, 50).toFixed(1)} ms, minus GetId ${(percentile(listBusctl, 50) - percentile(idTimes, 50)).toFixed(1)} ms`);
-        for (const { what, p50 } of await managedObjectsTimes(bench.bus.address, bus, Math.min(N, 15))) {
+        const runs = Math.min(N, 15);
+        const setUp = await busctlSetUp(bench.bus.address, runs);
+        const listBusctl = await busctlTimes(bench.bus.address, runs, ['org.vmkeeper1', '/org/vmkeeper1', 'org.vmkeeper1.Manager', 'ListMachines']);
+        lines.push(`${'busctl -q ListMachines'.padEnd(34)} p50=${percentile(listBusctl, 50).toFixed(1)} ms, minus GetId ${(percentile(listBusctl, 50) - setUp).toFixed(1)} ms`);
+        for (const { what, p50 } of await managedObjectsTimes(bench.bus.address, bus, runs, setUp)) {
           lines.push(goal(`GetManagedObjects p50 (${what})`, p50, 500));
         }
         const { reads, writesPerSec } = await readsUnderWrites(bench.bus.address, bus, N, count);

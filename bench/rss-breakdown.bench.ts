@@ -7,7 +7,7 @@
 //   (each KEY=VALUE is put in the agent's environment, e.g. MALLOC_ARENA_MAX=1)
 import { readFileSync } from 'node:fs';
 import { connectBus } from '../src/dbus/bus-address.js';
-import { managedObjectsTimes, mgr, readsUnderWrites, timeCalls } from './dbus-latency.bench.js';
+import { busctlSetUp, managedObjectsTimes, mgr, readsUnderWrites, timeCalls } from './dbus-latency.bench.js';
 import { settleAfterDefines, startBenchAgent } from './fixtures.js';
 import { rssKiB } from './load-run.js';
 
@@ -51,7 +51,7 @@ try {
     if (t < IDLE_SEC) await pause(SAMPLE_MS);
   }
   await timeCalls(bus, 50, () => mgr('ListMachines'));
-  await managedObjectsTimes(bench.bus.address, bus, 10);
+  await managedObjectsTimes(bench.bus.address, bus, 10, await busctlSetUp(bench.bus.address, 10));
   console.log(sample(pid, 'after the reads'));
   const { writesPerSec } = await readsUnderWrites(bench.bus.address, bus, 500, COUNT);
   console.log(sample(pid, `after ${writesPerSec.toFixed(0)} writes/s`));

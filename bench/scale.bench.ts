@@ -13,7 +13,7 @@ import { busctlCall } from '../test/support/busctl.js';
 import { spawnAgent, type AgentProcess } from '../test/support/agent-process.js';
 import { startSessionBus } from '../test/support/dbus-daemon.js';
 import { percentile } from './common.js';
-import { getId, managedObjectsTimes, mgr, readsUnderWrites, timeCalls } from './dbus-latency.bench.js';
+import { busctlSetUp, getId, managedObjectsTimes, mgr, readsUnderWrites, timeCalls } from './dbus-latency.bench.js';
 import { BENCH_DOMAINS, benchAgentForm, benchFromSource, buildAgentOnce, notifyReceiver, recordsFromSnapshot, requireDomainEvents, settleAfterDefines, writeMachines } from './fixtures.js';
 import { cpuSeconds, rssKiB } from './load-run.js';
 
@@ -121,7 +121,7 @@ export async function scaleBench(count = 10_000): Promise<string[]> {
     const list = await timeCalls(client, 50, () => mgr('ListMachines'));
     rows.push({ what: 'ListMachines p50', value: percentile(list, 50), unit: 'ms', goal: 50 });
     rows.push({ what: 'ListMachines p99', value: percentile(list, 99), unit: 'ms' });
-    for (const { what, p50 } of await managedObjectsTimes(bus.address, client, 10)) {
+    for (const { what, p50 } of await managedObjectsTimes(bus.address, client, 10, await busctlSetUp(bus.address, 10))) {
       rows.push({ what: `GetManagedObjects p50 (${what})`, value: p50, unit: 'ms', goal: 500 });
     }
     const { reads, writesPerSec } = await readsUnderWrites(bus.address, client, 500, count);
