@@ -49,6 +49,8 @@ export interface AgentParts {
 
 /** The store's own settling (3 s) and its last file writes, with room to spare. */
 const CLOSE_STORE_TIMEOUT_MS = 10_000;
+/** Beyond one libvirt call's timeout: a pass whose call timed out still writes its error state. */
+const IN_FLIGHT_MARGIN_MS = 5_000;
 
 /** The agent's core, wired: everything except the process (signals, bus, sd_notify) around it. */
 export class Agent {
@@ -67,6 +69,8 @@ export class Agent {
   /** Stops every guest by policy and priority: host shutdown, service stop, drain; `events` tells how a run goes. */
   readonly stopProcedure: PolicyStopProcedure;
   private readonly logger: Logger;
+  /** One hypervisor action per machine at a time; every reconcile pass and sweep step runs under it. */
+  private readonly machineLock = new KeyedLock();
 
   constructor(private readonly parts: AgentParts) {
     const { config, clock, logger, store, hypervisor, disks } = parts;
@@ -83,7 +87,6 @@ export class Agent {
     store.carryAttachmentsOf?.(this.journal);
     const events = new EventLog(clock, logger, (e) => emitter.emit('event', e), this.journal);
     this.records = new MachineRecords(store, events, emitter);
-    const machineLock = new KeyedLock();
     const provisioner = new DomainProvisioner(hypervisor, disks, config.stateDir, parts.images);
     this.ownership = new DomainOwnership(hypervisor);
     const m = config.machines;
@@ -107,7 +110,7 @@ export class Agent {
       },
     });
     // What the reconciler and the sweeper share; the machine lock keeps them off one domain at once.
-    const loopParts = { records: this.records, hypervisor, observer: () => this.observer, provisioner, clock, logger, machineLock };
+    const loopParts = { records: this.records, hypervisor, observer: () => this.observer, provisioner, clock, logger, machineLock: this.machineLock };
     this.reconciler = new Reconciler({
       ...loopParts,
       ownership: this.ownership,
@@ -226,13 +229,35 @@ export class Agent {
     void this.reconciler.resyncAll();
   }
 
-  /** Stops the control loops; guests keep running (a restart of the agent must not touch them). */
+  /**
+   * Stops the control loops; guests keep running (a restart of the agent must not touch them).
+   * Passes already under way finish first: closing libvirt under a define or a start would fail
+   * it, and its machine would be stored as in error for a mere restart.
+   */
   async stop(): Promise<void> {
     this.service.setAgentState('stopping');
     this.sweeper.stop();
     this.reconciler.stop();
     await this.observer.stop();
+    await this.passesInFlight();
     await this.parts.hypervisor.close().catch((err) => this.logger.warn(`closing libvirt: ${describeError(err)}`));
     await this.journal.close().catch((err) => this.logger.warn(`closing the event journal: ${describeError(err)}`));
   }
+
+  /** The loops are stopped, so no new pass begins: the ones running end within a call's timeout. */
+  private async passesInFlight(): Promise<void> {
+    const busy = this.machineLock.busyKeys();
+    if (busy.length === 0) return;
+    this.logger.info(`waiting for ${busy.length} machine ${busy.length === 1 ? 'action' : 'actions'} under way to finish: ${listed(busy)}`);
+    const limitMs = this.parts.config.libvirt.callTimeoutSec * 1000 + IN_FLIGHT_MARGIN_MS;
+    await withTimeout(this.parts.clock, limitMs, () => this.machineLock.whenIdle(),
+      () => new Error(`machine actions still under way after ${limitMs / 1000} s: ${listed(this.machineLock.busyKeys())}`))
+      .catch((err) => this.logger.warn(`${describeError(err)}; closing libvirt under them (the next start reconciles these machines again)`));
+  }
+}
+
+/** At most 10 names, then how many more: a log line stays readable with 10,000 machines. */
+function listed(names: string[]): string {
+  const shown = names.slice(0, 10).join(', ');
+  return names.length > 10 ? `${shown} and ${names.length - 10} more` : shown;
 }

@@ -1,7 +1,7 @@
 import { Agent } from '../../src/agent.js';
 import { defaultConfig, type Config } from '../../src/config/config.js';
 import { FakeClock, flushMicrotasks } from './fakes/fake-clock.js';
-import { silentLogger } from '../../src/logging/logger.js';
+import { silentLogger, type Logger } from '../../src/logging/logger.js';
 import { FakeHypervisor, type GuestBehaviour } from './fakes/fake-hypervisor.js';
 import { FakeDiskProvisioner } from './fakes/fake-disks.js';
 import { domainNameFor } from '../../src/machine/names.js';
@@ -18,6 +18,8 @@ export interface HarnessOptions {
   config?: (c: Config) => void;
   /** Where the fake clock starts, in milliseconds since the epoch. */
   clockStartMs?: number;
+  /** The agent's logger (default: silent). */
+  logger?: Logger;
 }
 
 export const SPEC = JSON.stringify({ cpus: 1, memoryMiB: 128, disks: [{ name: 'root', sizeGiB: 1 }] });
@@ -28,6 +30,7 @@ export class Harness {
   readonly disks = new FakeDiskProvisioner();
   readonly store = new MemoryStore();
   readonly config: Config;
+  private readonly logger: Logger;
   agent: Agent;
 
   constructor(opts: HarnessOptions = {}) {
@@ -37,6 +40,7 @@ export class Harness {
     this.config.stateDir = '/state';
     this.config.imageDirectories = ['/images'];
     opts.config?.(this.config);
+    this.logger = opts.logger ?? silentLogger;
     this.agent = this.build();
   }
 
@@ -45,7 +49,7 @@ export class Harness {
   }
 
   private build(): Agent {
-    return new Agent({ config: this.config, clock: this.clock, logger: silentLogger, store: this.store, hypervisor: this.hv, disks: this.disks });
+    return new Agent({ config: this.config, clock: this.clock, logger: this.logger, store: this.store, hypervisor: this.hv, disks: this.disks });
   }
 
   async start(): Promise<this> {

@@ -64,6 +64,8 @@ export class FakeHypervisor implements Hypervisor {
   private readonly held = new Map<FakeHypervisorOp, (() => void)[]>();
   private available = true;
   private connected = false;
+  /** Closes so far: a call held across one fails, as on a closed libvirt connection. */
+  private closes = 0;
   private readonly eventsSupported: boolean;
   private readonly eventListeners = new Set<DomainEventListener>();
 
@@ -201,6 +203,7 @@ export class FakeHypervisor implements Hypervisor {
   async close(): Promise<void> {
     this.calls.push({ op: 'close' });
     this.connected = false;
+    this.closes++;
   }
 
   isConnected(): boolean {
@@ -340,7 +343,10 @@ export class FakeHypervisor implements Hypervisor {
   private async enter(op: FakeHypervisorOp, name?: string): Promise<void> {
     this.calls.push(name === undefined ? { op } : { op, name });
     const waiting = this.held.get(op);
+    const closes = this.closes;
     if (waiting) await new Promise<void>((resolve) => waiting.push(resolve));
+    // As libvirt's client does: a connection closed under a pending call fails that call.
+    if (this.closes !== closes) throw new AgentError('HypervisorUnavailable', `fake hypervisor ${this.uri}: the connection was closed during ${op}`);
     if (!this.available) throw new AgentError('HypervisorUnavailable', `fake hypervisor ${this.uri} is unavailable`);
     const queued = this.failures.get(op);
     if (queued?.length) throw queued.shift();

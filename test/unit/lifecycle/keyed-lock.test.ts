@@ -57,4 +57,25 @@ describe('KeyedLock', () => {
     await flushMicrotasks();
     expect(lock.isBusy('k')).toBe(false);
   });
+
+  it('whenIdle resolves once no key has work left, and at once when none has', async () => {
+    const lock = new KeyedLock();
+    await lock.whenIdle();
+    const x = deferred();
+    const y = deferred();
+    void lock.run('x', () => x.promise);
+    const yRun = lock.run('y', () => y.promise).catch(() => 'rejected');
+    expect(lock.busyKeys()).toEqual(['x', 'y']);
+    let idle = false;
+    void lock.whenIdle().then(() => void (idle = true));
+    x.resolve();
+    await flushMicrotasks();
+    expect(idle).toBe(false);
+    expect(lock.busyKeys()).toEqual(['y']);
+    y.reject(new Error('a failed step still ends'));
+    await flushMicrotasks();
+    expect(idle).toBe(true);
+    expect(lock.busyKeys()).toEqual([]);
+    expect(await yRun).toBe('rejected');
+  });
 });

@@ -1,0 +1,65 @@
+import { describe, expect, it } from 'vitest';
+import { Harness, SPEC } from '../../support/agent-harness.js';
+import { captureLogger } from '../../support/records.js';
+
+// Agent.stop() with a libvirt call under way: the pass finishes on an open connection, so a
+// restart of the agent does not store the machine as failed; a call that never answers holds the
+// stop for one call timeout (plus a margin), no longer.
+
+let h: Harness;
+
+const closed = (harness: Harness) => harness.hv.calls.some((c) => c.op === 'close');
+
+async function startHeld(harness: Harness): Promise<void> {
+  await harness.start();
+  harness.hv.hold('startDomain');
+  await harness.service.create('a', SPEC);
+  await harness.advanceUntil(() => harness.hv.heldCalls('startDomain') === 1);
+}
+
+describe('Agent.stop with a pass in flight', () => {
+  it('waits for a start under way before closing libvirt: the machine is not stored as failed', async () => {
+    h = new Harness();
+    await startHeld(h);
+    let stopped = false;
+    const stopping = h.agent.stop().then(() => void (stopped = true));
+    await h.settle();
+    expect(stopped).toBe(false);
+    expect(closed(h)).toBe(false);
+
+    h.hv.resume('startDomain');
+    await stopping;
+    expect(closed(h)).toBe(true);
+    const record = h.service.get('a');
+    expect(record.status.state).toBe('running');
+    expect(record.status.message).toBe('');
+    expect(h.reasons('a')).not.toContain('ReconcileFailed');
+  });
+
+  it('a call that never answers holds the stop for callTimeoutSec plus 5 s, then libvirt closes under it', async () => {
+    const logger = captureLogger();
+    h = new Harness({ logger, config: (c) => void (c.libvirt.callTimeoutSec = 2) });
+    await startHeld(h);
+    let stopped = false;
+    const stopping = h.agent.stop().then(() => void (stopped = true));
+    await h.advance(6_800);
+    expect(stopped).toBe(false);
+    expect(closed(h)).toBe(false);
+    expect(logger.lines.some((l) => l.level === 'info' && l.message === 'waiting for 1 machine action under way to finish: a')).toBe(true);
+
+    await h.advance(400);
+    await stopping;
+    expect(closed(h)).toBe(true);
+    const warning = logger.lines.find((l) => l.level === 'warn' && l.message.includes('still under way'));
+    expect(warning?.message).toBe('machine actions still under way after 7 s: a; closing libvirt under them (the next start reconciles these machines again)');
+  });
+
+  it('with nothing under way, stop closes libvirt without waiting on the clock', async () => {
+    h = new Harness();
+    await h.start();
+    await h.service.create('a', SPEC);
+    await h.advanceUntil(() => h.service.get('a').status.state === 'running');
+    await h.agent.stop();
+    expect(closed(h)).toBe(true);
+  });
+});
