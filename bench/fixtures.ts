@@ -58,11 +58,37 @@ export function recordsFromSnapshot(agent: AgentProcess): number {
 export function packagedNodeFlags(): string[] {
   return readFileSync(path.join(PROJECT_ROOT, 'packaging/node-flags'), 'utf8').replace(/#.*/g, '').split(/\s+/).filter(Boolean);
 }
-/** spawnAgent options for the form benchmarks run; VMKEEPER_BENCH_NODE_ARGS replaces the node options. */
+/**
+ * The environment the unit gives vmkeeperd (its Environment= lines): the pool size decides how
+ * many threads, and so how many malloc arenas, the agent has. One plain KEY=VALUE per line; a
+ * line this does not understand fails the bench rather than being measured without.
+ */
+export function unitEnvironment(): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const line of readFileSync(path.join(PROJECT_ROOT, 'systemd/vmkeeperd.service'), 'utf8').split('\n')) {
+    if (!line.startsWith('Environment=')) continue;
+    const m = /^Environment=([A-Za-z_][A-Za-z0-9_]*)=([^\s"'$%\\]*)$/.exec(line);
+    if (!m) throw new Error(`systemd/vmkeeperd.service: not one plain KEY=VALUE: ${line}`);
+    env[m[1]!] = m[2]!;
+  }
+  return env;
+}
+
+/**
+ * spawnAgent options for the form benchmarks run: the packaged one (node flags, the unit's
+ * environment); VMKEEPER_BENCH_NODE_ARGS replaces the node options.
+ */
 export function benchAgentForm(): { built: boolean; env: NodeJS.ProcessEnv; nodeArgs: string[] } {
   const override = process.env.VMKEEPER_BENCH_NODE_ARGS?.split(' ').filter(Boolean);
-  if (benchFromSource) return { built: false, env: {}, nodeArgs: override ?? [] };
-  return { built: true, env: { NODE_ENV: 'production' }, nodeArgs: override ?? packagedNodeFlags() };
+  if (benchFromSource) return { built: false, env: unitEnvironment(), nodeArgs: override ?? [] };
+  return { built: true, env: { ...unitEnvironment(), NODE_ENV: 'production' }, nodeArgs: override ?? packagedNodeFlags() };
+}
+
+/** The bench agent's form in one line, for a bench's heading: its environment and node options. */
+export function agentFormText(): string {
+  const form = benchAgentForm();
+  const env = Object.entries(form.env).map(([k, v]) => `${k}=${v}`).join(' ');
+  return `${env}, node ${form.nodeArgs.join(' ') || '(no options)'}`;
 }
 
 export const machineName = (i: number) => `vm-${String(i).padStart(5, '0')}`;

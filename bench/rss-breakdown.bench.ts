@@ -8,7 +8,7 @@
 import { readFileSync } from 'node:fs';
 import { connectBus } from '../src/dbus/bus-address.js';
 import { busctlSetUp, managedObjectsTimes, mgr, readsUnderWrites, timeCalls } from './dbus-latency.bench.js';
-import { settleAfterDefines, startBenchAgent } from './fixtures.js';
+import { agentFormText, settleAfterDefines, startBenchAgent } from './fixtures.js';
 import { rssKiB } from './load-run.js';
 
 const COUNT = 10_000;
@@ -45,7 +45,7 @@ const bus = await connectBus(bench.bus.address);
 bus.on('error', () => {});
 try {
   await settleAfterDefines(pid);
-  console.log(`${COUNT} machines, agent environment ${JSON.stringify(env)}`);
+  console.log(`${COUNT} machines, agent ${agentFormText()}, added ${JSON.stringify(env)}`);
   for (let t = 0; t <= IDLE_SEC; t += SAMPLE_MS / 1000) {
     console.log(sample(pid, `idle, ${t} s`));
     if (t < IDLE_SEC) await pause(SAMPLE_MS);

@@ -14,7 +14,7 @@ import { spawnAgent, type AgentProcess } from '../test/support/agent-process.js'
 import { startSessionBus } from '../test/support/dbus-daemon.js';
 import { percentile } from './common.js';
 import { busctlSetUp, getId, managedObjectsTimes, mgr, readsUnderWrites, timeCalls } from './dbus-latency.bench.js';
-import { BENCH_DOMAINS, benchAgentForm, benchFromSource, buildAgentOnce, notifyReceiver, recordsFromSnapshot, requireDomainEvents, settleAfterDefines, writeMachines } from './fixtures.js';
+import { BENCH_DOMAINS, agentFormText, benchAgentForm, benchFromSource, buildAgentOnce, notifyReceiver, recordsFromSnapshot, requireDomainEvents, settleAfterDefines, writeMachines } from './fixtures.js';
 import { cpuSeconds, rssKiB } from './load-run.js';
 
 const IDLE_SEC = Number(process.env.VMKEEPER_SCALE_IDLE_SEC ?? 30);
@@ -146,7 +146,7 @@ export async function scaleBench(count = 10_000): Promise<string[]> {
     await bus.stop();
     await rm(dir, { recursive: true, force: true });
   }
-  const lines = [`${count} machines (test driver, ${BENCH_DOMAINS === 'default' ? 'test:///default with domain events' : 'node file, polled'}, agent ${benchFromSource ? 'from source through tsx' : `built, NODE_ENV=production, node ${benchAgentForm().nodeArgs.join(' ') || '(no options)'}`}), ${os.cpus().length} CPUs, load average at start ${loadAtStart}, at end ${loadAvg()}`];
+  const lines = [`${count} machines (test driver, ${BENCH_DOMAINS === 'default' ? 'test:///default with domain events' : 'node file, polled'}, agent ${benchFromSource ? 'from source through tsx' : 'built'}, ${agentFormText()}), ${os.cpus().length} CPUs, load average at start ${loadAtStart}, at end ${loadAvg()}`];
   lines.push(`${'figure'.padEnd(56)} ${'value'.padStart(10)}  goal`);
   for (const r of rows) {
     const verdict = r.goal !== undefined ? `< ${r.goal} ${r.unit}: ${r.value < r.goal ? 'met' : 'NOT met'}`
