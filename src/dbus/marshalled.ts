@@ -1,6 +1,6 @@
 import { createRequire } from 'node:module';
 import { Message, MessageType, type MessageBus } from 'dbus-next';
-import { type EncodableMessage, encodeBody, encodeMessage } from './message-encoder.js';
+import { type EncodableMessage, encodeBody, encodeHeader, encodeMessage } from './message-encoder.js';
 
 // dbus-next converts and marshals a reply's whole body on every send: ~0.2 s for ListMachines and
 // ~2 s for GetManagedObjects with 10,000 machines. A reply made of many elements that rarely
@@ -85,9 +85,13 @@ export function sendEncoded(bus: MessageBus, msg: Message, array?: MarshalledArr
   if (msg.serial === null || msg.serial === undefined || sent._sent) {
     msg.serial = (bus as unknown as { newSerial(): number }).newSerial();
   }
-  const data = encodeMessage(msg as unknown as EncodableMessage, array?.body);
-  if (!data) return false;
-  if (stream.supportsUnixFd) stream.write({ data, fds: [] });
-  else stream.write(data);
+  const encodable = msg as unknown as EncodableMessage;
+  const chunks = array ? [encodeHeader(encodable, array.body.length), array.body] : [encodeMessage(encodable)];
+  if (chunks[0] === undefined) return false;
+  // Written back to back, nothing can come between them: the stream sends them in this order.
+  for (const data of chunks as Buffer[]) {
+    if (stream.supportsUnixFd) stream.write({ data, fds: [] });
+    else stream.write(data);
+  }
   return true;
 }

@@ -284,15 +284,26 @@ const FIELDS: ReadonlyArray<[keyof EncodableMessage, number, TypeNode]> = [
 ];
 const METHOD_CALL = 1;
 
-/**
- * The whole message as bytes, or undefined when dbus-next must send it. `body` given as bytes is
- * used as the marshalled body (it must match `signature`).
- */
-export function encodeMessage(msg: EncodableMessage, body?: Buffer): Buffer | undefined {
-  const signature = msg.signature ?? '';
-  const types = body ? [] : parseSignature(signature);
+/** The whole message as bytes, or undefined when dbus-next must send it. */
+export function encodeMessage(msg: EncodableMessage): Buffer | undefined {
+  const types = parseSignature(msg.signature ?? '');
   const values = msg.body ?? [];
-  if (!types || (!body && types.length !== values.length) || !Number.isInteger(msg.serial) || msg.serial <= 0) return undefined;
+  if (!types || types.length !== values.length) return undefined;
+  return encode(msg, (w) => writeBody(w, types, values));
+}
+
+/**
+ * The header of a message whose body is already marshalled (it must match `signature`), padded
+ * to where the body begins: the two are sent one after the other, so a reply of megabytes is
+ * never copied into a buffer of its own for each call.
+ */
+export function encodeHeader(msg: EncodableMessage, bodyLength: number): Buffer | undefined {
+  return encode(msg, bodyLength);
+}
+
+/** The header, then the body `body` writes; given the body's length instead, the header alone. */
+function encode(msg: EncodableMessage, body: ((w: Writer) => void) | number): Buffer | undefined {
+  if (!Number.isInteger(msg.serial) || msg.serial <= 0) return undefined;
   const w = new Writer(256);
   try {
     w.u8(0x6c); // 'l': little-endian
@@ -314,13 +325,11 @@ export function encodeMessage(msg: EncodableMessage, body?: Buffer): Buffer | un
     w.buf.writeUInt32LE(w.at - fieldsStart, 12);
     w.align(8);
     const bodyStart = w.at;
-    if (body) {
-      w.ensure(body.length);
-      body.copy(w.buf, w.at);
-      w.at += body.length;
-    } else {
-      writeBody(w, types, values);
+    if (typeof body === 'number') {
+      w.buf.writeUInt32LE(body, 4);
+      return w.buf.subarray(0, bodyStart);
     }
+    body(w);
     w.buf.writeUInt32LE(w.at - bodyStart, 4);
   } catch (err) {
     if (err instanceof NotEncodable) return undefined;
