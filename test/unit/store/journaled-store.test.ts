@@ -89,6 +89,43 @@ describe('FileMachineStore with a journal', () => {
     expect(again.get('b')?.resourceVersion).toBe(1);
   });
 
+  it('a clean close checkpoints: the files hold every change, synced, and the journal is empty', async () => {
+    let syncs = 0;
+    const { store } = journaled({ fsync: async (fd) => { syncs++; return nodeStoreFs.fsync(fd); } });
+    await store.load();
+    await store.put(makeRecord('a'));
+    await store.put({ ...makeRecord('a'), annotations: { n: '2' } });
+    await store.put(makeRecord('b'));
+    await store.remove('b');
+    expect((await stat(journalOf())).size).toBeGreaterThan(0);
+    syncs = 0;
+    await store.close();
+    expect((await stat(journalOf())).size).toBe(0);
+    expect(syncs, 'the rewritten file and the folder synced').toBeGreaterThanOrEqual(2);
+    expect((await fileRecord('a')).annotations).toEqual({ n: '2' });
+    expect(await readdir(paths.dir)).toEqual(['a.json']);
+  });
+
+  it('a checkpoint that fails at close leaves the journal for the next start and the files still current', async () => {
+    let failTruncate = false;
+    const { store, logger } = journaled({
+      ftruncate: async (fd, n) => {
+        if (failTruncate) throw errnoError('EIO', 'ftruncate');
+        return nodeStoreFs.ftruncate(fd, n);
+      },
+    });
+    await store.load();
+    await store.put({ ...makeRecord('a'), annotations: { n: '1' } });
+    failTruncate = true;
+    await store.close();
+    expect(logger.lines.some((l) => l.level === 'warn' && l.message.includes('cannot checkpoint the record journal at close'))).toBe(true);
+    expect((await stat(journalOf())).size).toBeGreaterThan(0);
+    expect((await fileRecord('a')).annotations).toEqual({ n: '1' });
+    const { store: again } = journaled();
+    await again.load();
+    expect(again.get('a')?.annotations).toEqual({ n: '1' });
+  });
+
   it('a journal append that fails: StorageFailure, memory, record files and journal unchanged', async () => {
     let fail = false;
     const { store } = journaled({
