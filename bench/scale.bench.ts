@@ -141,6 +141,16 @@ export async function scaleBench(count = 10_000): Promise<string[]> {
     rows.push({ what: `RSS idle again, ${IDLE_AGAIN_SEC} s after the writes`, value: after.at(-1)!, unit: 'MiB', goal: 200 });
     if (HEAP_DIR) await heapSnapshot(pid, HEAP_DIR);
     client.disconnect();
+
+    // What `systemctl restart` after a busy spell costs: the stop checkpoints what the writes
+    // journalled, and the next start should find nothing to replay.
+    const s0 = Date.now();
+    await agent.stop();
+    rows.push({ what: 'stop after the writes (SIGTERM to exit)', value: Date.now() - s0, unit: 'ms' });
+    const t1 = Date.now();
+    agent = spawnOnce({}, 'info');
+    rows.push({ what: 'first GetMachine after a restart that follows the writes', value: await firstAnswer(bus.address, t1), unit: 'ms', goal: 2000 });
+    rows.push({ what: 'records taken from the snapshot at that restart', value: recordsFromSnapshot(agent), unit: '' });
   } finally {
     await agent?.stop();
     await bus.stop();
