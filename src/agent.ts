@@ -49,8 +49,11 @@ export interface AgentParts {
 
 /** The store's own settling (3 s) and its last file writes, with room to spare. */
 const CLOSE_STORE_TIMEOUT_MS = 10_000;
-/** Beyond one libvirt call's timeout: a pass whose call timed out still writes its error state. */
-const IN_FLIGHT_MARGIN_MS = 5_000;
+/**
+ * How long a stop lets machine actions under way finish: a healthy define or start answers in
+ * well under this; a hung libvirtd would not answer within any wait a stop can afford.
+ */
+export const IN_FLIGHT_WAIT_MS = 10_000;
 
 /** The agent's core, wired: everything except the process (signals, bus, sd_notify) around it. */
 export class Agent {
@@ -188,15 +191,20 @@ export class Agent {
 
   /**
    * Closes the record store, once nothing can write any more (the bus is gone, the loops are
-   * stopped): the files catch up with the journal, and the snapshot the next start reads first
-   * is written.
+   * stopped): its checkpoint makes the files current, and the snapshot the next start reads first
+   * is written. Then the event journal: the checkpoint first secures the events its frames carry.
    */
   async closeStore(): Promise<void> {
     const store = this.parts.store;
-    if (!store.close) return;
-    // A hung state file system must not hold the stop: the journal already holds every change.
-    await withTimeout(this.parts.clock, CLOSE_STORE_TIMEOUT_MS, () => store.close!(),
-      () => new Error(`closing the record store took over ${CLOSE_STORE_TIMEOUT_MS / 1000} s (is the state file system hung?); the record journal holds every change`));
+    try {
+      // A hung state file system must not hold the stop: the journal already holds every change.
+      if (store.close) {
+        await withTimeout(this.parts.clock, CLOSE_STORE_TIMEOUT_MS, () => store.close!(),
+          () => new Error(`closing the record store took over ${CLOSE_STORE_TIMEOUT_MS / 1000} s (is the state file system hung?); the record journal holds every change`));
+      }
+    } finally {
+      await this.journal.close().catch((err) => this.logger.warn(`closing the event journal: ${describeError(err)}`));
+    }
   }
 
   /** Starts the loops and the first poll; the reconcile that poll triggers goes on in the background. */
@@ -231,27 +239,27 @@ export class Agent {
 
   /**
    * Stops the control loops; guests keep running (a restart of the agent must not touch them).
-   * Passes already under way finish first: closing libvirt under a define or a start would fail
-   * it, and its machine would be stored as in error for a mere restart.
+   * Passes already under way may finish first: closing libvirt under a define or a start would
+   * fail it, and its machine would be stored as in error for a mere restart. The event journal
+   * stays open for closeStore().
    */
   async stop(): Promise<void> {
     this.service.setAgentState('stopping');
+    const libvirtConnected = this.observer.isConnected;
     this.sweeper.stop();
     this.reconciler.stop();
     await this.observer.stop();
-    await this.passesInFlight();
+    if (libvirtConnected) await this.passesInFlight();
     await this.parts.hypervisor.close().catch((err) => this.logger.warn(`closing libvirt: ${describeError(err)}`));
-    await this.journal.close().catch((err) => this.logger.warn(`closing the event journal: ${describeError(err)}`));
   }
 
-  /** The loops are stopped, so no new pass begins: the ones running end within a call's timeout. */
+  /** The loops are stopped, so no new pass begins; the ones running get IN_FLIGHT_WAIT_MS to end. */
   private async passesInFlight(): Promise<void> {
     const busy = this.machineLock.busyKeys();
     if (busy.length === 0) return;
     this.logger.info(`waiting for ${busy.length} machine ${busy.length === 1 ? 'action' : 'actions'} under way to finish: ${listed(busy)}`);
-    const limitMs = this.parts.config.libvirt.callTimeoutSec * 1000 + IN_FLIGHT_MARGIN_MS;
-    await withTimeout(this.parts.clock, limitMs, () => this.machineLock.whenIdle(),
-      () => new Error(`machine actions still under way after ${limitMs / 1000} s: ${listed(this.machineLock.busyKeys())}`))
+    await withTimeout(this.parts.clock, IN_FLIGHT_WAIT_MS, () => this.machineLock.whenIdle(),
+      () => new Error(`machine actions still under way after ${IN_FLIGHT_WAIT_MS / 1000} s: ${listed(this.machineLock.busyKeys())}`))
       .catch((err) => this.logger.warn(`${describeError(err)}; closing libvirt under them (the next start reconciles these machines again)`));
   }
 }

@@ -1,7 +1,7 @@
 // The composition root: the one place that builds vmkeeperd's parts, starts them in order and
 // stops the started ones in reverse. main.ts only parses the config, logs, and wires signals here.
 import type { MessageBus } from 'dbus-next';
-import { Agent, AGENT_VERSION } from './agent.js';
+import { Agent, AGENT_VERSION, IN_FLIGHT_WAIT_MS } from './agent.js';
 import { type Config, specLimitsFrom } from './config/config.js';
 import { connectBus, onBusLost } from './dbus/bus-address.js';
 import { buildAuthorizer } from './dbus/authorization/build-authorizer.js';
@@ -78,8 +78,9 @@ export class Daemon {
     const inspector = new QemuImg({ timeoutMs: 10_000, logger });
     const callTimeoutMs = config.libvirt.callTimeoutSec * 1000; // also bounds each destroy at host shutdown
     const hypervisor = new LibvirtHypervisor({ uri: config.libvirt.uri, callTimeoutMs, logger, clock });
-    // What systemd and logind must allow past hostShutdown.timeoutSec: the destroys at the end, and our own stop.
-    const stopAllowanceMs = callTimeoutMs + 15_000;
+    // What systemd and logind must allow past hostShutdown.timeoutSec: the destroys at the end, and
+    // our own stop (machine actions under way finishing, then the rest).
+    const stopAllowanceMs = callTimeoutMs + IN_FLIGHT_WAIT_MS + 15_000;
     const limits = specLimitsFrom(config);
     // The snapshot's records were checked by this release under these limits: another release or
     // other limits check every file again.

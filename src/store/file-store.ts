@@ -639,11 +639,14 @@ export class FileMachineStore implements MachineStore {
     // The journal is emptied below: what its frames carry must be durable with its owner first.
     await this.attachmentOwner?.secure();
     const names = [...this.dirty];
-    await Promise.all(names.map(async (name) => {
+    // Every rewrite ends before a failure is reported: none may still run under what comes next.
+    const rewrites = await Promise.allSettled(names.map(async (name) => {
       const record = this.records.get(name);
       if (record) await this.replaceFile(name, record, true);
       else await this.fs.unlink(this.fileOf(name)).catch((err: NodeJS.ErrnoException) => { if (err.code !== 'ENOENT') throw err; });
     }));
+    const failed = rewrites.find((r) => r.status === 'rejected');
+    if (failed) throw failed.reason;
     await this.syncDir();
     await journal.reset();
     for (const name of names) {

@@ -60,9 +60,21 @@ export class Harness {
 
   /** Simulates kill -9 and a new process: the old agent's timers die, state on "disk" stays. */
   async restart(): Promise<void> {
-    await this.agent.stop();
+    await this.stopAgent();
     this.agent = this.build();
     await this.start();
+  }
+
+  /**
+   * The agent's stop, with the fake clock moving while it waits: a call held under way ends the
+   * wait at its bound instead of hanging the test.
+   */
+  async stopAgent(): Promise<void> {
+    let stopped = false;
+    const stopping = this.agent.stop().finally(() => void (stopped = true));
+    await this.settle();
+    while (!stopped) await this.advance(1000);
+    await stopping;
   }
 
   async settle(): Promise<void> {
