@@ -86,12 +86,11 @@ export function sendEncoded(bus: MessageBus, msg: Message, array?: MarshalledArr
     msg.serial = (bus as unknown as { newSerial(): number }).newSerial();
   }
   const encodable = msg as unknown as EncodableMessage;
-  const chunks = array ? [encodeHeader(encodable, array.body.length), array.body] : [encodeMessage(encodable)];
-  if (chunks[0] === undefined) return false;
+  const first = array ? encodeHeader(encodable, array.body.length) : encodeMessage(encodable);
+  if (!first) return false;
+  const write = (data: Buffer) => (stream.supportsUnixFd ? stream.write({ data, fds: [] }) : stream.write(data));
   // Written back to back, nothing can come between them: the stream sends them in this order.
-  for (const data of chunks as Buffer[]) {
-    if (stream.supportsUnixFd) stream.write({ data, fds: [] });
-    else stream.write(data);
-  }
+  write(first);
+  if (array) write(array.body);
   return true;
 }

@@ -588,12 +588,11 @@ export class FileMachineStore implements MachineStore {
   /** At close: a checkpoint; should it fail, at least the files the journal is ahead of are rewritten. */
   private async leaveFilesCurrent(): Promise<void> {
     if (this.journal && this.dirty.size > 0) {
-      const journal = this.journal;
-      const done = await this.checkpoint(journal).then(() => true, (err: unknown) => {
-        this.logger.warn('cannot checkpoint the record journal at close; the next start replays it', { file: journal.path, error: describeError(err) });
-        return false;
-      });
-      if (done) return;
+      try {
+        return await this.checkpoint(this.journal);
+      } catch (err) {
+        this.logger.warn('cannot checkpoint the record journal at close; the next start replays it', { file: this.journal.path, error: describeError(err) });
+      }
     }
     if (this.unwritten.size > 0) await this.writeUnwrittenFiles();
   }
