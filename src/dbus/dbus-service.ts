@@ -8,7 +8,7 @@ import type { MachineRecord } from '../machine/record.js';
 import type { AgentEvent, MachineApi, MachineApiEvents } from '../service/api.js';
 import type { HostApi } from '../drain/host-api.js';
 import { LIST_SIGNATURE, MACHINE_INTERFACE, MANAGED_OBJECTS_SIGNATURE, MachineInterface } from './machine-interface.js';
-import { MarshalledArray } from './marshalled.js';
+import { MarshalledArray, type MarshalledElement } from './marshalled.js';
 import { MANAGER_INTERFACE, ManagerInterface, type MachineDirectory } from './manager-interface.js';
 import { filterInbound, type InboundJudge } from './inbound-filter.js';
 import { inboundJudge, methodSignatures } from './inbound-policy.js';
@@ -253,7 +253,7 @@ export class DBusService {
   /** One machine that cannot be encoded is left out (and logged), so the others still reach everyone. */
   private managedObjects(): MarshalledArray {
     if (this.objectsReply) return this.objectsReply;
-    const elements: Buffer[] = [];
+    const elements: MarshalledElement[] = [];
     for (const iface of this.machines.values()) {
       if (iface.encodingProblem) {
         this.logger.error('machine left out of GetManagedObjects: a property cannot be encoded', { machine: iface.machineName, error: iface.encodingProblem });

@@ -9,7 +9,7 @@ import { asCaller } from './journal-members.js';
 import { describeStructured, type VariantDict } from './structured.js';
 import type { InterfacesAndProperties } from './object-manager.js';
 import { checkOnce } from './outbound-guard.js';
-import { marshalElement } from './marshalled.js';
+import { marshalElement, type MarshalledElement } from './marshalled.js';
 import { SnapshotInterface, configureInterface, uint32, usec, type PropertyValues } from './interface-support.js';
 
 // org.vmkeeper1.Machine: one exported object per machine record, fed by the api's change events.
@@ -76,32 +76,39 @@ export class MachineInterface extends SnapshotInterface {
     const changed = this.setValues(machineProperties(record, defaultGraceSec), emit);
     const [, state, power] = this.listEntry;
     if (record.status.state !== state || record.spec.power !== power) this.listEntry = this.entry(record.status.state, record.spec.power);
+    // Stale bytes are let go now, not at the next list: after a burst of writes they would be
+    // most machines', and each would keep the old reply body alive.
+    if (this.objectBytes?.source !== this.values) this.objectBytes = undefined;
+    if (this.listBytes?.source !== this.listEntry) this.listBytes = undefined;
     return changed;
   }
 
-  private listBytes: { entry: MachineListEntry; bytes: Buffer } | undefined;
+  private listBytes: MarshalledElement<MachineListEntry> | undefined;
   /** managedElement() of the snapshot `values`; a new snapshot only when a property changes. */
-  private objectBytes: { values: PropertyValues; bytes: Buffer } | undefined;
+  private objectBytes: MarshalledElement<PropertyValues> | undefined;
 
   /** listEntry marshalled as one element of ListMachines' a(ssso), redone only when it changes. */
-  listElement(): Buffer {
-    if (this.listBytes?.entry !== this.listEntry) {
-      this.listBytes = { entry: this.listEntry, bytes: marshalElement(LIST_SIGNATURE, [this.listEntry]) };
-    }
-    return this.listBytes.bytes;
+  listElement(): MarshalledElement {
+    if (this.listBytes?.source !== this.listEntry) this.listBytes = marshalElement(LIST_SIGNATURE, [this.listEntry], this.listEntry);
+    return this.listBytes;
   }
 
   /**
    * This machine marshalled as one entry of GetManagedObjects' a{oa{sa{sv}}} (its one interface
    * and all properties), redone only when a property changes.
    */
-  managedElement(): Buffer {
-    if (this.objectBytes?.values !== this.values) {
+  managedElement(): MarshalledElement {
+    if (this.objectBytes?.source !== this.values) {
       // Not checked again: managedObjects() leaves out a machine whose snapshot has an encodingProblem.
       const value: InterfacesAndProperties = { [MACHINE_INTERFACE]: this.buildVariants() };
-      this.objectBytes = { values: this.values, bytes: marshalElement(MANAGED_OBJECTS_SIGNATURE, { [this.objectPath]: value }) };
+      this.objectBytes = marshalElement(MANAGED_OBJECTS_SIGNATURE, { [this.objectPath]: value }, this.values);
     }
-    return this.objectBytes.bytes;
+    return this.objectBytes;
+  }
+
+  /** The marshalled elements this machine holds now: none that is stale (the tests look). */
+  heldElements(): { managed: MarshalledElement | undefined; list: MarshalledElement | undefined } {
+    return { managed: this.objectBytes, list: this.listBytes };
   }
 
   private entry(state: string, power: string): MachineListEntry {

@@ -27,25 +27,48 @@ function marshalBody(signature: string, value: unknown): Buffer {
 }
 
 /**
- * The bytes of one element of an array of signature `arraySignature` (`a(...)` or `a{...}`):
- * `single` is that array holding just the element (a one-item list, or a one-key object).
+ * One element of an array of structs or dict entries, marshalled, with what it was marshalled
+ * from (`source`, compared by identity to tell whether the bytes are current). The bytes start in
+ * the marshaller's buffer; once a reply body is joined from them (MarshalledArray) they are that
+ * copy in the body. So 10,000 machines' elements share one reply body instead of each holding a
+ * buffer of its own: 10,000 836-byte buffers and their ArrayBuffer objects were about 10 MiB
+ * beside the 7 MB GetManagedObjects body they had been copied into.
  */
-export function marshalElement(arraySignature: string, single: unknown): Buffer {
-  if (!/^a[({]/.test(arraySignature)) throw new Error(`not an array of structs or dict entries: ${arraySignature}`);
-  const element = marshalBody(arraySignature, single).subarray(8);
-  // Elements are kept for as long as their machine does not change. A copy from Node's shared 8 KiB
-  // pool would keep the whole slab alive, slabs that short-lived buffers filled in between: with
-  // 10,000 machines that held 29 MiB for 9 MiB of elements. An unpooled copy holds its own bytes.
-  const owned = Buffer.allocUnsafeSlow(element.length);
-  element.copy(owned);
-  return owned;
+export class MarshalledElement<S = unknown> {
+  constructor(readonly source: S, private body: Buffer, private at: number, readonly length: number) {}
+
+  bytes(): Buffer {
+    return this.body.subarray(this.at, this.at + this.length);
+  }
+
+  /** Copies the bytes into `body` at `at` and from now on is that copy (the buffer before is let go). */
+  moveInto(body: Buffer, at: number): void {
+    this.bytes().copy(body, at);
+    this.body = body;
+    this.at = at;
+  }
 }
 
-/** A reply body of one array, given as the elements' marshalled bytes. */
+/**
+ * One element of an array of signature `arraySignature` (`a(...)` or `a{...}`) marshalled from
+ * `single`, that array holding just the element (a one-item list, or a one-key object).
+ */
+export function marshalElement<S>(arraySignature: string, single: unknown, source: S): MarshalledElement<S> {
+  if (!/^a[({]/.test(arraySignature)) throw new Error(`not an array of structs or dict entries: ${arraySignature}`);
+  // Until it is joined into a reply the element may sit in a slab of Node's shared buffer pool;
+  // the reply it is marshalled for is joined at once, and the slab is let go then.
+  const body = marshalBody(arraySignature, single);
+  return new MarshalledElement(source, body, 8, body.length - 8);
+}
+
+/**
+ * A reply body of one array, joined from the elements' marshalled bytes; each element is its copy
+ * in this body from then on. The body is never written after that: sends may still hold it.
+ */
 export class MarshalledArray {
   readonly body: Buffer;
 
-  constructor(readonly signature: string, elements: readonly Buffer[]) {
+  constructor(readonly signature: string, elements: readonly MarshalledElement[]) {
     if (!/^a[({]/.test(signature)) throw new Error(`not an array of structs or dict entries: ${signature}`);
     let size = 0;
     for (const e of elements) size = pad8(size) + e.length;
@@ -54,7 +77,7 @@ export class MarshalledArray {
     let at = 8;
     for (const e of elements) {
       at = 8 + pad8(at - 8);
-      e.copy(body, at);
+      e.moveInto(body, at);
       at += e.length;
     }
     this.body = body;

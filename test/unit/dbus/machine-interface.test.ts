@@ -2,6 +2,7 @@ import { createRequire } from 'node:module';
 import { Message, MessageType } from 'dbus-next';
 import { describe, expect, it } from 'vitest';
 import { MACHINE_INTERFACE, MANAGED_OBJECTS_SIGNATURE, MachineInterface } from '../../../src/dbus/machine-interface.js';
+import { MarshalledArray } from '../../../src/dbus/marshalled.js';
 import type { MachineApi } from '../../../src/service/api.js';
 import { makeRecord } from '../../support/records.js';
 
@@ -25,7 +26,7 @@ function machine(): MachineInterface {
 describe('MachineInterface: its GetManagedObjects entry', () => {
   it('is byte for byte what dbus-next sends for the machine', () => {
     const iface = machine();
-    expect(iface.managedElement().equals(reference(iface))).toBe(true);
+    expect(iface.managedElement().bytes().equals(reference(iface))).toBe(true);
   });
 
   it('is kept while a new record changes no property, and redone when one changes', () => {
@@ -37,12 +38,22 @@ describe('MachineInterface: its GetManagedObjects entry', () => {
     expect(iface.update(makeRecord('web-1', { annotations: { owner: 'ops' } }), 30, false)).toContain('Annotations');
     const second = iface.managedElement();
     expect(second).not.toBe(first);
-    expect(second.equals(reference(iface))).toBe(true);
+    expect(second.bytes().equals(reference(iface))).toBe(true);
   });
 
-  it('owns exactly its bytes, not a slab of the shared buffer pool that would keep other bytes alive', () => {
-    const element = machine().managedElement();
-    expect(element.byteOffset).toBe(0);
-    expect(element.buffer.byteLength).toBe(element.length);
+  it('lets go of its stale bytes as soon as a property changes, and keeps them while none does', () => {
+    const iface = machine();
+    const element = iface.managedElement();
+    const entry = iface.listElement();
+    new MarshalledArray(MANAGED_OBJECTS_SIGNATURE, [element]);
+    iface.update(makeRecord('web-1'), 30, false);
+    expect(iface.heldElements()).toEqual({ managed: element, list: entry });
+
+    iface.update(makeRecord('web-1', { annotations: { owner: 'ops' } }), 30, false);
+    expect(iface.heldElements()).toEqual({ managed: undefined, list: entry });
+
+    const base = makeRecord('web-1', { annotations: { owner: 'ops' } });
+    iface.update({ ...base, status: { ...base.status, state: 'running' } }, 30, false);
+    expect(iface.heldElements()).toEqual({ managed: undefined, list: undefined });
   });
 });

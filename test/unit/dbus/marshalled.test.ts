@@ -30,7 +30,7 @@ describe('MarshalledArray', () => {
       ['web-10', 'running', 'on', '/org/vmkeeper1/machine/web_2d10'],
       ['x', 'pending', 'on', '/x'],
     ];
-    const array = new MarshalledArray('a(ssso)', entries.map((e) => marshalElement('a(ssso)', [e])));
+    const array = new MarshalledArray('a(ssso)', entries.map((e) => marshalElement('a(ssso)', [e], e)));
     expect(array.body.equals(reference('a(ssso)', entries))).toBe(true);
   });
 
@@ -40,8 +40,20 @@ describe('MarshalledArray', () => {
       '/org/vmkeeper1/machine/bb': machine('bb', { team: 'blue', 'note/x': 'y'.repeat(7) }),
       '/org/vmkeeper1/machine/ccc': machine('ccc', { k: 'v' }),
     };
-    const elements = Object.entries(objects).map(([path, value]) => marshalElement('a{oa{sa{sv}}}', { [path]: value }));
+    const elements = Object.entries(objects).map(([path, value]) => marshalElement('a{oa{sa{sv}}}', { [path]: value }, path));
     expect(new MarshalledArray('a{oa{sa{sv}}}', elements).body.equals(reference('a{oa{sa{sv}}}', objects))).toBe(true);
+  });
+
+  it('makes each element its copy in the body, and a later body copies it from there', () => {
+    const entries = [['a', 'stopped', 'off', '/a'], ['bb', 'running', 'on', '/bb']];
+    const elements = entries.map((e) => marshalElement('a(ssso)', [e], e));
+    const first = new MarshalledArray('a(ssso)', elements);
+    for (const e of elements) expect(e.bytes().buffer).toBe(first.body.buffer);
+    const second = new MarshalledArray('a(ssso)', elements);
+    expect(second.body.equals(first.body)).toBe(true);
+    expect(second.body.buffer).not.toBe(first.body.buffer);
+    for (const e of elements) expect(e.bytes().buffer).toBe(second.body.buffer);
+    expect(elements.map((e) => e.source)).toEqual(entries);
   });
 
   it('is the same as dbus-next for an empty array', () => {
@@ -51,7 +63,7 @@ describe('MarshalledArray', () => {
 
   it('decodes back to the values it was made from', () => {
     const entries = [['a', 'stopped', 'off', '/a'], ['b', 'running', 'on', '/b']];
-    const array = new MarshalledArray('a(ssso)', entries.map((e) => marshalElement('a(ssso)', [e])));
+    const array = new MarshalledArray('a(ssso)', entries.map((e) => marshalElement('a(ssso)', [e], e)));
     const [bytes] = marshallMessage(new Message({ type: MessageType.METHOD_RETURN, serial: 3, replySerial: 1 as unknown as string, signature: 'a(ssso)', body: [entries] }));
     const header = bytes.subarray(0, bytes.length - bytes.readUInt32LE(4));
     const decoded = messageToJsFmt(unmarshall(Buffer.concat([header, array.body])));
@@ -60,7 +72,7 @@ describe('MarshalledArray', () => {
 
   it('refuses signatures that are not arrays of structs or dict entries', () => {
     expect(() => new MarshalledArray('as', [])).toThrow(/not an array/);
-    expect(() => marshalElement('s', 'x')).toThrow(/not an array/);
+    expect(() => marshalElement('s', 'x', 'x')).toThrow(/not an array/);
   });
 
   it('is recognised only as the single value of a reply of its own signature', () => {
