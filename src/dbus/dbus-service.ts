@@ -146,7 +146,10 @@ export class DBusService {
     this.bus.removeMethodHandler(this.answerStandard);
     if (this.authorizationGate) this.bus.removeMethodHandler(this.authorizationGate);
     this.callers.stop();
-    for (const iface of this.machines.values()) unexportPath(this.bus, iface.objectPath);
+    for (const iface of this.machines.values()) {
+      unexportPath(this.bus, iface.objectPath);
+      iface.releaseElements();
+    }
     this.machines.clear();
     this.machinesByPath.clear();
     this.sortedNames = [];
@@ -227,6 +230,7 @@ export class DBusService {
     const at = sortedIndexOf(this.sortedNames, name, itself);
     if (this.sortedNames[at] === name) this.sortedNames.splice(at, 1);
     this.dropReplies();
+    iface.releaseElements();
     unexportPath(this.bus, path);
     this.objectManager.InterfacesRemoved(path, [MACHINE_INTERFACE]);
     this.manager.MachineRemoved(name, path);

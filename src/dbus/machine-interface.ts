@@ -45,6 +45,11 @@ export function machineProperties(r: MachineRecord, defaultGraceSec: number): Pr
   };
 }
 
+function release(element: MarshalledElement): undefined {
+  element.release();
+  return undefined;
+}
+
 export const LIST_SIGNATURE = 'a(ssso)';
 export const MANAGED_OBJECTS_SIGNATURE = 'a{oa{sa{sv}}}';
 
@@ -77,10 +82,16 @@ export class MachineInterface extends SnapshotInterface {
     const [, state, power] = this.listEntry;
     if (record.status.state !== state || record.spec.power !== power) this.listEntry = this.entry(record.status.state, record.spec.power);
     // Stale bytes are let go now, not at the next list: after a burst of writes they would be
-    // most machines', and each would keep the old reply body alive.
-    if (this.objectBytes?.source !== this.values) this.objectBytes = undefined;
-    if (this.listBytes?.source !== this.listEntry) this.listBytes = undefined;
+    // most machines', and would keep the old reply body alive.
+    if (this.objectBytes && this.objectBytes.source !== this.values) this.objectBytes = release(this.objectBytes);
+    if (this.listBytes && this.listBytes.source !== this.listEntry) this.listBytes = release(this.listBytes);
     return changed;
+  }
+
+  /** The machine is gone: its elements leave the reply bodies they are in. */
+  releaseElements(): void {
+    this.objectBytes = this.objectBytes && release(this.objectBytes);
+    this.listBytes = this.listBytes && release(this.listBytes);
   }
 
   private listBytes: MarshalledElement<MachineListEntry> | undefined;

@@ -1,6 +1,9 @@
 import { createRequire } from 'node:module';
 import { Message, MessageType, type MessageBus } from 'dbus-next';
 import { type EncodableMessage, encodeBody, encodeHeader, encodeMessage } from './message-encoder.js';
+import { MarshalledElement, SharedBody } from './marshalled-element.js';
+
+export { MarshalledElement } from './marshalled-element.js';
 
 // dbus-next converts and marshals a reply's whole body on every send: ~0.2 s for ListMachines and
 // ~2 s for GetManagedObjects with 10,000 machines. A reply made of many elements that rarely
@@ -27,29 +30,6 @@ function marshalBody(signature: string, value: unknown): Buffer {
 }
 
 /**
- * One element of an array of structs or dict entries, marshalled, with what it was marshalled
- * from (`source`, compared by identity to tell whether the bytes are current). The bytes start in
- * the marshaller's buffer; once a reply body is joined from them (MarshalledArray) they are that
- * copy in the body. So 10,000 machines' elements share one reply body instead of each holding a
- * buffer of its own: 10,000 836-byte buffers and their ArrayBuffer objects were about 10 MiB
- * beside the 7 MB GetManagedObjects body they had been copied into.
- */
-export class MarshalledElement<S = unknown> {
-  constructor(readonly source: S, private body: Buffer, private at: number, readonly length: number) {}
-
-  bytes(): Buffer {
-    return this.body.subarray(this.at, this.at + this.length);
-  }
-
-  /** Copies the bytes into `body` at `at` and from now on is that copy (the buffer before is let go). */
-  moveInto(body: Buffer, at: number): void {
-    this.bytes().copy(body, at);
-    this.body = body;
-    this.at = at;
-  }
-}
-
-/**
  * One element of an array of signature `arraySignature` (`a(...)` or `a{...}`) marshalled from
  * `single`, that array holding just the element (a one-item list, or a one-key object).
  */
@@ -63,7 +43,8 @@ export function marshalElement<S>(arraySignature: string, single: unknown, sourc
 
 /**
  * A reply body of one array, joined from the elements' marshalled bytes; each element is its copy
- * in this body from then on. The body is never written after that: sends may still hold it.
+ * in this body from then on (marshalled-element.ts). The body is never written after that: sends
+ * may still hold it.
  */
 export class MarshalledArray {
   readonly body: Buffer;
@@ -74,10 +55,11 @@ export class MarshalledArray {
     for (const e of elements) size = pad8(size) + e.length;
     const body = Buffer.alloc(8 + size);
     body.writeUInt32LE(size, 0);
+    const shared = new SharedBody(body, elements);
     let at = 8;
     for (const e of elements) {
       at = 8 + pad8(at - 8);
-      e.moveInto(body, at);
+      e.joinInto(shared, at);
       at += e.length;
     }
     this.body = body;

@@ -56,4 +56,12 @@ describe('MachineInterface: its GetManagedObjects entry', () => {
     iface.update({ ...base, status: { ...base.status, state: 'running' } }, 30, false);
     expect(iface.heldElements()).toEqual({ managed: undefined, list: undefined });
   });
+
+  it('lets go of both elements when its machine is gone', () => {
+    const iface = machine();
+    new MarshalledArray(MANAGED_OBJECTS_SIGNATURE, [iface.managedElement()]);
+    iface.listElement();
+    iface.releaseElements();
+    expect(iface.heldElements()).toEqual({ managed: undefined, list: undefined });
+  });
 });
