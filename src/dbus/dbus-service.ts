@@ -146,10 +146,9 @@ export class DBusService {
     this.bus.removeMethodHandler(this.answerStandard);
     if (this.authorizationGate) this.bus.removeMethodHandler(this.authorizationGate);
     this.callers.stop();
-    for (const iface of this.machines.values()) {
-      unexportPath(this.bus, iface.objectPath);
-      iface.releaseElements();
-    }
+    // Not released one by one: each body would copy out its surviving half on the way, and all of
+    // it is garbage together once the machines go.
+    for (const iface of this.machines.values()) unexportPath(this.bus, iface.objectPath);
     this.machines.clear();
     this.machinesByPath.clear();
     this.sortedNames = [];

@@ -100,7 +100,10 @@ export class MachineInterface extends SnapshotInterface {
 
   /** listEntry marshalled as one element of ListMachines' a(ssso), redone only when it changes. */
   listElement(): MarshalledElement {
-    if (this.listBytes?.source !== this.listEntry) this.listBytes = marshalElement(LIST_SIGNATURE, [this.listEntry], this.listEntry);
+    if (this.listBytes?.source !== this.listEntry) {
+      this.listBytes?.release();
+      this.listBytes = marshalElement(LIST_SIGNATURE, [this.listEntry], this.listEntry);
+    }
     return this.listBytes;
   }
 
@@ -112,14 +115,10 @@ export class MachineInterface extends SnapshotInterface {
     if (this.objectBytes?.source !== this.values) {
       // Not checked again: managedObjects() leaves out a machine whose snapshot has an encodingProblem.
       const value: InterfacesAndProperties = { [MACHINE_INTERFACE]: this.buildVariants() };
+      this.objectBytes?.release();
       this.objectBytes = marshalElement(MANAGED_OBJECTS_SIGNATURE, { [this.objectPath]: value }, this.values);
     }
     return this.objectBytes;
-  }
-
-  /** The marshalled elements this machine holds now: none that is stale (the tests look). */
-  heldElements(): { managed: MarshalledElement | undefined; list: MarshalledElement | undefined } {
-    return { managed: this.objectBytes, list: this.listBytes };
   }
 
   private entry(state: string, power: string): MachineListEntry {

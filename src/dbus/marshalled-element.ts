@@ -5,10 +5,8 @@
 // 10,000 machines' elements held as buffers of their own were 20,000 small buffers, ArrayBuffer
 // objects and malloc chunks (about 10 MiB) beside the 7 MB GetManagedObjects body they had been
 // copied into. So an element is its copy in the last reply body joined from it; a body is kept
-// while at least half of the elements joined into it still are their copies there, and once
-// fewer are, those copy their bytes out and the body (a mapping of its own) is let go whole.
-
-const NONE = Buffer.alloc(0);
+// while more than half of the elements joined into it still are their copies there, and once
+// half or fewer are, those copy their bytes out and the body (a mapping of its own) is let go whole.
 
 /** A reply body and the elements joined into it. */
 export class SharedBody {
@@ -19,12 +17,17 @@ export class SharedBody {
   }
 
   /**
-   * One element is no longer its copy here. `forNewerBody`: it joined a newer reply, which every
-   * other element still here joins in the same pass, so copying them out would be wasted.
+   * One element joined a newer reply body. Every other element still here joins it in the same
+   * pass (a rebuild takes every current element), so copying them out would be wasted.
    */
-  left(forNewerBody: boolean): void {
+  movedOn(): void {
     this.live -= 1;
-    if (forNewerBody || this.live * 2 > this.elements.length) return;
+  }
+
+  /** One element was let go (stale, or its machine is gone); at half live the rest copy out. */
+  dropped(): void {
+    this.live -= 1;
+    if (this.live * 2 > this.elements.length) return;
     const elements = this.elements;
     this.elements = [];
     for (const e of elements) if (e.isIn(this)) e.copyOut();
@@ -33,31 +36,36 @@ export class SharedBody {
 
 export class MarshalledElement<S = unknown> {
   private shared: SharedBody | undefined;
+  private released = false;
 
   /** `source`: what the bytes were marshalled from, compared by identity to tell whether they are current. */
   constructor(readonly source: S, private body: Buffer, private at: number, readonly length: number) {}
 
   bytes(): Buffer {
+    // A released element in a reply would leave its slot zero-filled: a body the bus refuses.
+    if (this.released) throw new Error('a released marshalled element was used');
     return this.body.subarray(this.at, this.at + this.length);
   }
 
   /** Copies the bytes into `shared` at `at`, and is that copy from now on. */
   joinInto(shared: SharedBody, at: number): void {
-    this.bytes().copy(shared.bytes, at);
     const before = this.shared;
+    if (before === shared) throw new Error('a marshalled element was joined into the same body twice');
+    this.bytes().copy(shared.bytes, at);
     this.body = shared.bytes;
     this.at = at;
     this.shared = shared;
-    before?.left(true);
+    before?.movedOn();
   }
 
-  /** Its holder lets it go (stale, or its machine is gone); it must not be used again. */
+  /** Its holder lets it go (stale, or its machine is gone); using it again throws. */
   release(): void {
+    if (this.released) return;
     const shared = this.shared;
+    this.released = true;
     this.shared = undefined;
-    this.body = NONE;
-    this.at = 0;
-    shared?.left(false);
+    this.body = Buffer.alloc(0);
+    shared?.dropped();
   }
 
   isIn(shared: SharedBody): boolean {

@@ -47,21 +47,25 @@ describe('MachineInterface: its GetManagedObjects entry', () => {
     const entry = iface.listElement();
     new MarshalledArray(MANAGED_OBJECTS_SIGNATURE, [element]);
     iface.update(makeRecord('web-1'), 30, false);
-    expect(iface.heldElements()).toEqual({ managed: element, list: entry });
+    expect(iface.managedElement()).toBe(element);
+    expect(element.bytes().equals(reference(iface))).toBe(true);
 
     iface.update(makeRecord('web-1', { annotations: { owner: 'ops' } }), 30, false);
-    expect(iface.heldElements()).toEqual({ managed: undefined, list: entry });
+    expect(() => element.bytes()).toThrow(/released/);
+    expect(iface.listElement()).toBe(entry);
 
     const base = makeRecord('web-1', { annotations: { owner: 'ops' } });
     iface.update({ ...base, status: { ...base.status, state: 'running' } }, 30, false);
-    expect(iface.heldElements()).toEqual({ managed: undefined, list: undefined });
+    expect(() => entry.bytes()).toThrow(/released/);
   });
 
   it('lets go of both elements when its machine is gone', () => {
     const iface = machine();
-    new MarshalledArray(MANAGED_OBJECTS_SIGNATURE, [iface.managedElement()]);
-    iface.listElement();
+    const element = iface.managedElement();
+    const entry = iface.listElement();
+    new MarshalledArray(MANAGED_OBJECTS_SIGNATURE, [element]);
     iface.releaseElements();
-    expect(iface.heldElements()).toEqual({ managed: undefined, list: undefined });
+    expect(() => element.bytes()).toThrow(/released/);
+    expect(() => entry.bytes()).toThrow(/released/);
   });
 });

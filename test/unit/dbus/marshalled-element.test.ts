@@ -26,9 +26,13 @@ describe('MarshalledElement in a shared reply body', () => {
     const list = elements();
     const first = new MarshalledArray('a(ssso)', list);
     const copyOut = vi.spyOn(MarshalledElement.prototype, 'copyOut');
-    const second = new MarshalledArray('a(ssso)', list);
-    expect(copyOut).not.toHaveBeenCalled();
-    copyOut.mockRestore();
+    let second: MarshalledArray;
+    try {
+      second = new MarshalledArray('a(ssso)', list);
+      expect(copyOut).not.toHaveBeenCalled();
+    } finally {
+      copyOut.mockRestore();
+    }
     expect(second.body.equals(first.body)).toBe(true);
     expect(inBody(second, list)).toBe(list.length);
     // Leaving the second body now compacts it as usual.
@@ -39,10 +43,12 @@ describe('MarshalledElement in a shared reply body', () => {
     expect(inBody(third, list.slice(3))).toBe(3);
   });
 
-  it('holds no bytes once released', () => {
-    const [e] = elements();
+  it('cannot be used once released, nor joined twice into one body', () => {
+    const [e, f] = elements();
     new MarshalledArray('a(ssso)', [e!]);
     e!.release();
-    expect(e!.bytes().length).toBe(0);
+    expect(() => e!.bytes()).toThrow(/released/);
+    expect(() => new MarshalledArray('a(ssso)', [e!])).toThrow(/released/);
+    expect(() => new MarshalledArray('a(ssso)', [f!, f!])).toThrow(/twice/);
   });
 });
