@@ -45,8 +45,10 @@ export function machineProperties(r: MachineRecord, defaultGraceSec: number): Pr
   };
 }
 
-function release(element: MarshalledElement): undefined {
-  element.release();
+/** `element` while it was marshalled from `source`; a stale one is released and gives undefined. */
+function keptIf<S>(element: MarshalledElement<S> | undefined, source: S): MarshalledElement<S> | undefined {
+  if (element?.source === source) return element;
+  element?.release();
   return undefined;
 }
 
@@ -83,15 +85,16 @@ export class MachineInterface extends SnapshotInterface {
     if (record.status.state !== state || record.spec.power !== power) this.listEntry = this.entry(record.status.state, record.spec.power);
     // Stale bytes are let go now, not at the next list: after a burst of writes they would be
     // most machines', and would keep the old reply body alive.
-    if (this.objectBytes && this.objectBytes.source !== this.values) this.objectBytes = release(this.objectBytes);
-    if (this.listBytes && this.listBytes.source !== this.listEntry) this.listBytes = release(this.listBytes);
+    this.objectBytes = keptIf(this.objectBytes, this.values);
+    this.listBytes = keptIf(this.listBytes, this.listEntry);
     return changed;
   }
 
   /** The machine is gone: its elements leave the reply bodies they are in. */
   releaseElements(): void {
-    this.objectBytes = this.objectBytes && release(this.objectBytes);
-    this.listBytes = this.listBytes && release(this.listBytes);
+    this.objectBytes?.release();
+    this.listBytes?.release();
+    this.objectBytes = this.listBytes = undefined;
   }
 
   private listBytes: MarshalledElement<MachineListEntry> | undefined;
@@ -100,10 +103,7 @@ export class MachineInterface extends SnapshotInterface {
 
   /** listEntry marshalled as one element of ListMachines' a(ssso), redone only when it changes. */
   listElement(): MarshalledElement {
-    if (this.listBytes?.source !== this.listEntry) {
-      this.listBytes?.release();
-      this.listBytes = marshalElement(LIST_SIGNATURE, [this.listEntry], this.listEntry);
-    }
+    this.listBytes = keptIf(this.listBytes, this.listEntry) ?? marshalElement(LIST_SIGNATURE, [this.listEntry], this.listEntry);
     return this.listBytes;
   }
 
@@ -112,12 +112,9 @@ export class MachineInterface extends SnapshotInterface {
    * and all properties), redone only when a property changes.
    */
   managedElement(): MarshalledElement {
-    if (this.objectBytes?.source !== this.values) {
-      // Not checked again: managedObjects() leaves out a machine whose snapshot has an encodingProblem.
-      const value: InterfacesAndProperties = { [MACHINE_INTERFACE]: this.buildVariants() };
-      this.objectBytes?.release();
-      this.objectBytes = marshalElement(MANAGED_OBJECTS_SIGNATURE, { [this.objectPath]: value }, this.values);
-    }
+    // Not checked again: managedObjects() leaves out a machine whose snapshot has an encodingProblem.
+    this.objectBytes = keptIf(this.objectBytes, this.values) ??
+      marshalElement(MANAGED_OBJECTS_SIGNATURE, { [this.objectPath]: { [MACHINE_INTERFACE]: this.buildVariants() } satisfies InterfacesAndProperties }, this.values);
     return this.objectBytes;
   }
 

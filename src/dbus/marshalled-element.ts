@@ -8,6 +8,8 @@
 // while more than half of the elements joined into it still are their copies there, and once
 // half or fewer are, those copy their bytes out and the body (a mapping of its own) is let go whole.
 
+const NO_BYTES = Buffer.alloc(0);
+
 /** A reply body and the elements joined into it. */
 export class SharedBody {
   private live: number;
@@ -64,7 +66,7 @@ export class MarshalledElement<S = unknown> {
     const shared = this.shared;
     this.released = true;
     this.shared = undefined;
-    this.body = Buffer.alloc(0);
+    this.body = NO_BYTES;
     shared?.dropped();
   }
 

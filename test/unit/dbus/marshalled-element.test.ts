@@ -39,7 +39,8 @@ describe('MarshalledElement in a shared reply body', () => {
     for (const e of list.slice(0, 3)) e.release();
     expect(inBody(second, list.slice(3))).toBe(0);
     const third = new MarshalledArray('a(ssso)', list.slice(3));
-    expect(third.body.subarray(8).length).toBeGreaterThan(0);
+    // The bytes copied out on the way are still right: the same as a body marshalled afresh.
+    expect(third.body.equals(new MarshalledArray('a(ssso)', elements().slice(3)).body)).toBe(true);
     expect(inBody(third, list.slice(3))).toBe(3);
   });
 
