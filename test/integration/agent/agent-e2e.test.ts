@@ -19,11 +19,17 @@ let bus: PrivateBus;
 let dir: string;
 let opts: AgentProcessOptions;
 let agent: AgentProcess;
+/** When the last restart began, in microseconds since the epoch (the unit of event timestamps). */
+let restartedAtUsec = 0;
 
 const call = (method: string, sig = '', args: (string | number)[] = []) => busctlCall(bus.address, ...MANAGER, method, sig, args);
 const prop = async (p: string, name: string) => (await busctlGetProperty(bus.address, p, MACHINE, name)).data;
 const managerProp = async (name: string) => (await busctlGetProperty(bus.address, ...MANAGER, name)).data;
 const send = (member: string, args: string[] = [], as?: typeof NOBODY) => dbusSend(bus.address, MANAGER[0], `${MANAGER[1]}.${member}`, args, { as });
+type EventRow = [number, string, string, string, string];
+const events = async () => ((await call('ListEvents')).data as [EventRow[]])[0];
+/** Whether the agent started `machine`'s domain at or after `usec` (event timestamps are microseconds). */
+const startedSince = async (machine: string, usec: number) => (await events()).some((e) => e[1] === machine && e[3] === 'Started' && e[0] >= usec);
 const names = async () => ((await call('ListMachines')).data as [Array<[string, string, string, string]>])[0].map((m) => m[0]);
 
 beforeAll(async () => {
@@ -153,16 +159,24 @@ describe('vmkeeperd over D-Bus on the libvirt test driver', () => {
     const uuid = await prop('/org/vmkeeper1/machine/db_2d1', 'Uuid');
     expect((await agent.stop('SIGTERM')).code).toBe(0);
     // The test driver keeps its state in the agent's process: after the restart every domain is gone.
+    // State alone cannot show the recreation: until the first pass it is the record's last known value.
+    restartedAtUsec = Date.now() * 1000;
     agent = await startAgent(opts);
     expect(await names()).toEqual(['db-1', 'web-1']);
     expect(await prop('/org/vmkeeper1/machine/db_2d1', 'Uuid')).toBe(uuid);
-    await waitFor(async () => (await prop('/org/vmkeeper1/machine/db_2d1', 'State')) === 'running', { timeoutMs: 10_000, what: 'db-1 recreated' });
-    await waitFor(async () => (await prop('/org/vmkeeper1/machine/web_2d1', 'State')) === 'running', { timeoutMs: 10_000, what: 'web-1 recreated' });
+    for (const name of ['db-1', 'web-1']) {
+      await waitFor(() => startedSince(name, restartedAtUsec), { timeoutMs: 10_000, what: `${name} defined and started again` });
+    }
+    await waitFor(async () => (await prop('/org/vmkeeper1/machine/db_2d1', 'State')) === 'running', { timeoutMs: 10_000, what: 'db-1 running' });
+    await waitFor(async () => (await prop('/org/vmkeeper1/machine/web_2d1', 'State')) === 'running', { timeoutMs: 10_000, what: 'web-1 running' });
+    const undefinedOutside = (await events()).filter((e) => e[3] === 'DomainUndefined' && e[0] >= restartedAtUsec).map((e) => e[1]);
+    expect(undefinedOutside.sort()).toEqual(['db-1', 'web-1']);
   });
 
   it('survives kill -9 with every acknowledged record intact', async () => {
     await call('CreateMachine', 'ss', ['crash-1', SPEC]);
     await agent.stop('SIGKILL');
+    restartedAtUsec = Date.now() * 1000;
     agent = await startAgent(opts);
     expect(await names()).toContain('crash-1');
   });
@@ -171,13 +185,16 @@ describe('vmkeeperd over D-Bus on the libvirt test driver', () => {
     const signals = await SignalRecorder.open(bus.address);
     const p = '/org/vmkeeper1/machine/db_2d1';
     // The restart before this test gives the test driver fresh state: the agent defines db-1 again
-    // and starts it in its restore order. A graceful deletion is about a guest that runs.
+    // and starts it in its restore order. A graceful deletion is about a guest that runs. The State
+    // property cannot tell: until the first pass it is the record's last known 'running', for a
+    // domain the new test driver does not have yet. The Started event since the restart can.
+    await waitFor(() => startedSince('db-1', restartedAtUsec), { timeoutMs: 10_000, what: 'db-1 started again after the restart' });
     await waitFor(async () => (await prop(p, 'State')) === 'running', { timeoutMs: 10_000, what: 'db-1 running again after the restart' });
     await call('DeleteMachineWithGracePeriod', 'su', ['db-1', 30]);
     await signals.waitFor((s) => s.member === 'MachineRemoved' && s.body[0] === 'db-1', { timeoutMs: 10_000 });
     await signals.waitFor((s) => s.member === 'InterfacesRemoved' && s.body[0] === p);
-    const events = ((await call('ListEvents')).data as [Array<[number, string, string, string, string]>])[0].filter((e) => e[1] === 'db-1');
-    expect(events.map((e) => e[3])).toEqual(expect.arrayContaining(['DeletionRequested', 'ShutdownRequested', 'ShutdownCompleted', 'Deleted']));
+    const dbEvents = (await events()).filter((e) => e[1] === 'db-1');
+    expect(dbEvents.map((e) => e[3])).toEqual(expect.arrayContaining(['DeletionRequested', 'ShutdownRequested', 'ShutdownCompleted', 'Deleted']));
     expect(signals.find('MachineEvent').some((s) => s.body[3] === 'Deleted')).toBe(true);
     expect((await send('GetMachine', ['string:db-1'])).errorName).toBe('org.vmkeeper1.Error.NoSuchMachine');
     expect(await readdir(path.join(opts.stateDir, 'guests'))).not.toContain('db-1');
