@@ -96,7 +96,9 @@ export const CONFIG_FIELDS = {
     groups: priorityGroups,
   },
   restore: { parallelism: integer(1, 1024), delaySec: integer(0, 3600) },
-  events: { maxCount: integer(100, 10_000_000), maxAgeSec: integer(60, 31_536_000) },
+  // Every kept event is in memory and read at start-up: a million is about 200 MiB and a few
+  // seconds (docs/performance.md, "What retention costs").
+  events: { maxCount: integer(100, 1_000_000), maxAgeSec: integer(60, 31_536_000) },
   log: {
     level: oneOf('error', 'warn', 'info', 'debug'),
     format: oneOf('auto', 'journal', 'text', 'json'),

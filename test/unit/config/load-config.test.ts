@@ -57,6 +57,11 @@ describe('loadConfig: file errors name file:line: key', () => {
       message: `${FILE}:3: hostShutdown.timeoutSec: must be between 1 and 86400 (got 86401)`,
     },
     {
+      name: 'more events kept than memory should hold',
+      yaml: 'events:\n  maxCount: 10000000\n',
+      message: `${FILE}:2: events.maxCount: must be between 100 and 1000000 (got 10000000)`,
+    },
+    {
       name: 'unknown top-level key',
       yaml: 'bus: system\nbsu: session\n',
       message: `${FILE}:2: bsu: unknown key (expected one of: bus, libvirt, stateDir, imageDirectories, defaultDomainType, authorization, machines, hostShutdown, restore, events, log)`,
