@@ -2,6 +2,7 @@ import { readFile, rename, stat, truncate, unlink, utimes, writeFile } from 'nod
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { nodeStoreFs, type StoreFs } from '../../../src/store/store-fs.js';
+import { FakeClock } from '../../support/fakes/fake-clock.js';
 import { waitFor } from '../../support/wait.js';
 import type { FileMachineStoreOptions } from '../../../src/store/file-store.js';
 import { makeRecord, makeV1Record, newTestStore, useTempStateDir } from '../../support/records.js';
@@ -209,5 +210,30 @@ describe('record snapshot', () => {
     await expect(store.put(makeRecord('after'))).rejects.toThrow(/record store is closed/);
     release();
     await pending.catch(() => undefined);
+  });
+  it('a crash after the start leaves the snapshot stale: the journal brings every acknowledged change back over it', async () => {
+    await seed(['a', 'b', 'c', 'd']);
+    // A clock that never moves: after the first batch (which writes its file before it answers)
+    // the files trail the journal, so the crash finds b and c as the snapshot knows them.
+    const { options } = snapshotted();
+    const { store } = newTestStore(paths.dir, { ...options, clock: new FakeClock() });
+    await store.load();
+    await store.put({ ...store.get('a')!, annotations: { owner: 'written' } });
+    await store.remove('b');
+    await store.put({ ...store.get('c')!, annotations: { owner: 'journalled' } });
+    await store.put(makeRecord('e'));
+    expect(JSON.parse(await readFile(fileOf('c'), 'utf8')).annotations).toEqual({ owner: 'test' });
+    await stat(fileOf('b'));
+    // The crash: no close, so no checkpoint and no new snapshot. A new store loads the same state.
+    const { store: next, filesRead } = await loadAgain();
+    expect(filesRead()).toBe(1); // a's file: the only one whose stamp moved
+    expect(next.list().map((r) => [r.name, r.annotations.owner])).toEqual([['a', 'written'], ['c', 'journalled'], ['d', 'test'], ['e', 'test']]);
+    // Its load checkpointed the replayed changes: the files alone hold them now.
+    await expect(stat(fileOf('b'))).rejects.toThrow(/ENOENT/);
+    expect(JSON.parse(await readFile(fileOf('c'), 'utf8')).annotations).toEqual({ owner: 'journalled' });
+    await next.close();
+    const { store: last, filesRead: lastRead } = await loadAgain();
+    expect(lastRead()).toBe(0);
+    expect(last.list().map((r) => [r.name, r.annotations.owner])).toEqual([['a', 'written'], ['c', 'journalled'], ['d', 'test'], ['e', 'test']]);
   });
 });
