@@ -29,5 +29,7 @@ vmkeeperd is starting on a private bus. In another terminal, try:
 Images for specs go in $dev/images. Stop with Ctrl-C.
 
 HELP
-node $(sed "s/#.*//" packaging/node-flags | xargs) dist/main.js --config "$PWD/config/config.yaml" --bus "$address" --libvirt-uri test:///default \
+# The packaged form: the unit's environment (libuv pool, malloc thresholds) and V8 options.
+env $(sed -n "s/^Environment=//p" systemd/vmkeeperd.service | xargs) \
+  node $(sed "s/#.*//" packaging/node-flags | xargs) dist/main.js --config "$PWD/config/config.yaml" --bus "$address" --libvirt-uri test:///default \
   --state-dir "$dev/state" --image-dir "$dev/images" --log-format text "$@"
