@@ -164,7 +164,7 @@ export interface BenchAgent {
 export const BENCH_DOMAINS = process.env.VMKEEPER_BENCH_DOMAINS === 'default' ? 'default' : 'file';
 
 /** A private bus and the real agent (from source, via tsx) on `count` pre-written machines. */
-export async function startBenchAgent(count: number, env: NodeJS.ProcessEnv = {}): Promise<BenchAgent> {
+export async function startBenchAgent(count: number, env: NodeJS.ProcessEnv = {}, extraNodeArgs: string[] = []): Promise<BenchAgent> {
   const dir = await mkdtemp(path.join(os.tmpdir(), 'vmk-bench-'));
   const written = await writeMachines(dir, count);
   const { stateDir, imageDir } = written;
@@ -177,7 +177,7 @@ export async function startBenchAgent(count: number, env: NodeJS.ProcessEnv = {}
   await writeFile(configFile, `log:\n  level: ${level}\n${extra}`);
   await buildAgentOnce();
   const form = benchAgentForm();
-  const agent = spawnAgent({ busAddress: bus.address, stateDir, imageDir, libvirtUri: uri, configFile, extraArgs: ['--log-level', level], built: form.built, env: { ...form.env, ...env }, nodeArgs: form.nodeArgs });
+  const agent = spawnAgent({ busAddress: bus.address, stateDir, imageDir, libvirtUri: uri, configFile, extraArgs: ['--log-level', level], built: form.built, env: { ...form.env, ...env }, nodeArgs: [...form.nodeArgs, ...extraNodeArgs] });
   await agent.ready(Number(process.env.BENCH_READY_MS ?? 180_000));
   return {
     dir,

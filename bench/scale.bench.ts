@@ -5,7 +5,7 @@
 //   VMKEEPER_BENCH_DOMAINS=default: domains in test:///default, with domain events;
 //   VMKEEPER_SCALE_HEAP_DIR=<dir>: a heap snapshot of the agent, written there once it is idle
 //   again after the writes, to see what the reads and writes leave behind)
-import { mkdtemp, open, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { connectBus } from '../src/dbus/bus-address.js';
@@ -15,6 +15,7 @@ import { startSessionBus } from '../test/support/dbus-daemon.js';
 import { percentile } from './common.js';
 import { busctlSetUp, getId, managedObjectsTimes, mgr, readsUnderWrites, timeCalls } from './dbus-latency.bench.js';
 import { BENCH_DOMAINS, agentFormText, benchAgentForm, benchFromSource, buildAgentOnce, notifyReceiver, recordsFromSnapshot, requireDomainEvents, settleAfterDefines, writeMachines } from './fixtures.js';
+import { heapSnapshot, heapSnapshotNodeArgs } from './heap-snapshot.js';
 import { cpuSeconds, rssKiB } from './load-run.js';
 
 const IDLE_SEC = Number(process.env.VMKEEPER_SCALE_IDLE_SEC ?? 30);
@@ -35,39 +36,6 @@ async function firstAnswer(address: string, t0: number): Promise<number> {
   }
 }
 
-/** Signals the agent for a heap snapshot and waits (with a deadline) until the file is complete. */
-async function heapSnapshot(pid: number, dir: string): Promise<void> {
-  const before = new Set(await readdir(dir));
-  process.kill(pid, 'SIGUSR2');
-  const deadline = Date.now() + 120_000;
-  let lastSize = -1;
-  for (;;) {
-    const fresh = (await readdir(dir)).find((f) => f.endsWith('.heapsnapshot') && !before.has(f));
-    // V8 creates the file, walks the heap, then writes the JSON in place, in chunks: complete once
-    // it ends with "]}" and has not grown since the last look (a chunk could end in "]}" too).
-    const size = fresh ? (await stat(path.join(dir, fresh))).size : -1;
-    if (fresh && size === lastSize && (await endsWithClosingBytes(path.join(dir, fresh), size))) {
-      console.log(`heap snapshot: ${path.join(dir, fresh)} (${(size / 1048576).toFixed(0)} MiB)`);
-      return;
-    }
-    lastSize = size;
-    if (Date.now() > deadline) throw new Error('no complete heap snapshot within 120 s');
-    await pause(500);
-  }
-}
-
-async function endsWithClosingBytes(file: string, size: number): Promise<boolean> {
-  if (size < 2) return false;
-  const handle = await open(file, 'r');
-  try {
-    const tail = Buffer.alloc(2);
-    await handle.read(tail, 0, 2, size - 2);
-    return tail.toString() === ']}';
-  } finally {
-    await handle.close();
-  }
-}
-
 export async function scaleBench(count = 10_000): Promise<string[]> {
   const dir = await mkdtemp(path.join(os.tmpdir(), 'vmk-scale-'));
   const written = await writeMachines(dir, count);
@@ -81,7 +49,7 @@ export async function scaleBench(count = 10_000): Promise<string[]> {
   await buildAgentOnce();
   const form = benchAgentForm();
   // The agent writes a snapshot into its working directory on SIGUSR2; the bench sends it at the end.
-  if (HEAP_DIR) form.nodeArgs = [...form.nodeArgs, '--heapsnapshot-signal=SIGUSR2', `--diagnostic-dir=${HEAP_DIR}`];
+  if (HEAP_DIR) form.nodeArgs = [...form.nodeArgs, ...heapSnapshotNodeArgs(HEAP_DIR)];
   // The measured restart logs at info: its "loaded ... machine records" line says how many came from the snapshot.
   const spawnOnce = (env: NodeJS.ProcessEnv = {}, level = 'warn') =>
     spawnAgent({ busAddress: bus.address, stateDir, imageDir, libvirtUri: uri, configFile, extraArgs: ['--log-level', level], built: form.built, env: { ...form.env, ...env }, nodeArgs: form.nodeArgs });
@@ -139,7 +107,7 @@ export async function scaleBench(count = 10_000): Promise<string[]> {
     }
     rows.push({ what: 'RSS after the writes, highest of 5 s samples', value: Math.max(...after), unit: 'MiB' });
     rows.push({ what: `RSS idle again, ${IDLE_AGAIN_SEC} s after the writes`, value: after.at(-1)!, unit: 'MiB', goal: 200 });
-    if (HEAP_DIR) await heapSnapshot(pid, HEAP_DIR);
+    if (HEAP_DIR) console.log(`heap snapshot: ${await heapSnapshot(pid, HEAP_DIR)}`);
     client.disconnect();
 
     // What `systemctl restart` after a busy spell costs: the stop checkpoints what the writes
