@@ -14,8 +14,8 @@ import { performance } from 'node:perf_hooks';
 import { EventJournal } from '../src/events/event-journal.js';
 import { SegmentFiles } from '../src/events/segment-files.js';
 import { systemClock } from '../src/lifecycle/clock.js';
-import { percentile } from './common.js';
 import { silentLogger } from '../src/logging/logger.js';
+import { percentile } from './common.js';
 
 const RETENTION = { maxCount: 10_000, maxAgeMs: 7 * 24 * 3600 * 1000 };
 

@@ -22,21 +22,24 @@ const getAll = (name: string) => new Message({
   destination: 'org.vmkeeper1', path: machinePath(name), interface: 'org.freedesktop.DBus.Properties', member: 'GetAll', signature: 's', body: ['org.vmkeeper1.Machine'],
 });
 
-/** Reads until `stop` says so, one call after another; how many it made. */
+/** Reads until `stop` says so, one call after another; how many calls it made. */
 async function readAllTheWhile(client: MessageBus, count: number, stop: () => boolean): Promise<number> {
   let calls = 0;
   let lastObjects = Date.now();
-  while (!stop()) {
-    const name = machineName(calls % count);
-    await client.call(mgr('GetMachine', 's', [name]));
-    await client.call(mgr('DescribeMachine', 's', [name]));
-    await client.call(getAll(name));
-    if (calls % 100 === 0) await client.call(mgr('ListMachines'));
+  const call = async (m: Message) => {
+    await client.call(m);
+    calls += 1;
+  };
+  for (let round = 0; !stop(); round++) {
+    const name = machineName(round % count);
+    await call(mgr('GetMachine', 's', [name]));
+    await call(mgr('DescribeMachine', 's', [name]));
+    await call(getAll(name));
+    if (round % 100 === 0) await call(mgr('ListMachines'));
     if (Date.now() - lastObjects > 10_000) {
-      await client.call(objectManager());
+      await call(objectManager());
       lastObjects = Date.now();
     }
-    calls += 1;
   }
   return calls;
 }
@@ -61,23 +64,24 @@ export async function idleHeapBench(minutes: number, count: number, mode: 'idle'
     requireDomainEvents(bench.agent);
     const client = await connectBus(bench.bus.address);
     client.on('error', () => {});
-    let calls = 0;
-    const run = async (ms: number) => {
+    /** The activity for `ms`; the calls it made. */
+    const run = async (ms: number): Promise<number> => {
       const until = Date.now() + ms;
-      if (mode === 'reads') calls += await readAllTheWhile(client, count, () => Date.now() >= until);
-      else await new Promise((r) => setTimeout(r, ms)); // the measured interval itself
+      if (mode === 'reads') return readAllTheWhile(client, count, () => Date.now() >= until);
+      await new Promise((r) => setTimeout(r, ms)); // the measured interval itself
+      return 0;
     };
     // A warm-up of the same activity first: the replies cached by the first reads (the
     // GetManagedObjects body, each machine's elements) and the code V8 compiles for them are
     // there once, not growth. (RSS is not compared: the first snapshot itself raises it.)
     await run(WARM_UP_MS);
     const first = await summarizeHeap(await heapSnapshot(pid, heapDir));
-    await run(minutes * 60_000);
+    const calls = await run(minutes * 60_000);
     client.disconnect();
     const second = await summarizeHeap(await heapSnapshot(pid, heapDir));
     const perHour = ((second.totalBytes - first.totalBytes) / minutes) * 60;
     return [
-      `${mode} for ${minutes} min after a ${WARM_UP_MS / 1000} s warm-up, ${count} machines (${agentFormText()})${mode === 'reads' ? `, ${calls} rounds of reads` : ''}:`,
+      `${mode} for ${minutes} min after a ${WARM_UP_MS / 1000} s warm-up, ${count} machines (${agentFormText()})${mode === 'reads' ? `, ${calls} calls in the ${minutes} min` : ''}:`,
       `  live heap ${MiB(first.totalBytes)} -> ${MiB(second.totalBytes)} (${MiB(second.totalBytes - first.totalBytes)}, ${MiB(perHour)} per hour)`,
       '  what changed most:',
       ...growth(first, second, 8),

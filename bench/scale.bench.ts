@@ -5,7 +5,7 @@
 //   VMKEEPER_BENCH_DOMAINS=default: domains in test:///default, with domain events;
 //   VMKEEPER_SCALE_HEAP_DIR=<dir>: a heap snapshot of the agent, written there once it is idle
 //   again after the writes, to see what the reads and writes leave behind)
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { connectBus } from '../src/dbus/bus-address.js';
@@ -107,7 +107,10 @@ export async function scaleBench(count = 10_000): Promise<string[]> {
     }
     rows.push({ what: 'RSS after the writes, highest of 5 s samples', value: Math.max(...after), unit: 'MiB' });
     rows.push({ what: `RSS idle again, ${IDLE_AGAIN_SEC} s after the writes`, value: after.at(-1)!, unit: 'MiB', goal: 200 });
-    if (HEAP_DIR) console.log(`heap snapshot: ${await heapSnapshot(pid, HEAP_DIR)}`);
+    if (HEAP_DIR) {
+      const file = await heapSnapshot(pid, HEAP_DIR);
+      console.log(`heap snapshot: ${file} (${((await stat(file)).size / 1048576).toFixed(0)} MiB)`);
+    }
     client.disconnect();
 
     // What `systemctl restart` after a busy spell costs: the stop checkpoints what the writes

@@ -29,7 +29,15 @@ vmkeeperd is starting on a private bus. In another terminal, try:
 Images for specs go in $dev/images. Stop with Ctrl-C.
 
 HELP
-# The packaged form: the unit's environment (libuv pool, malloc thresholds) and V8 options.
-env $(sed -n "s/^Environment=//p" systemd/vmkeeperd.service | xargs) \
+# The packaged form: the unit's environment (libuv pool, malloc thresholds) and V8 options. One
+# plain KEY=VALUE per Environment= line (as bench/fixtures.ts reads them); anything else (quotes,
+# spaces, specifiers) stops here rather than being split into words.
+unit_env=$(sed -n "s/^Environment=//p" systemd/vmkeeperd.service)
+if grep -qvE '^[A-Za-z_][A-Za-z0-9_]*=[^[:space:]"$%\\]*$' <<<"$unit_env"; then
+  echo "run-dev.sh: systemd/vmkeeperd.service has an Environment= line that is not one plain KEY=VALUE" >&2
+  exit 1
+fi
+# shellcheck disable=SC2086 # one word per checked KEY=VALUE
+env $unit_env \
   node $(sed "s/#.*//" packaging/node-flags | xargs) dist/main.js --config "$PWD/config/config.yaml" --bus "$address" --libvirt-uri test:///default \
   --state-dir "$dev/state" --image-dir "$dev/images" --log-format text "$@"

@@ -211,6 +211,7 @@ describe('record snapshot', () => {
     release();
     await pending.catch(() => undefined);
   });
+
   it('a crash after the start leaves the snapshot stale: the journal brings every acknowledged change back over it', async () => {
     await seed(['a', 'b', 'c', 'd']);
     // A clock that never moves: after the first batch (which writes its file before it answers)
